@@ -1,0 +1,1 @@
+"""hx: a harness foundry for AI agents."""

@@ -1,0 +1,62 @@
+"""The log's vocabulary: every hx event as a frozen msgspec Struct.
+
+Importing this package registers every event type.
+"""
+
+from schemas.envelope import (
+    FRAME_TYPE,
+    HX_COUNT,
+    HX_SCHEMA_VERSION,
+    HX_TIME,
+    HX_TYPE,
+    MSG_ID,
+    Record,
+    decode_body,
+    decode_frame,
+    encode_body,
+    encode_frame,
+    headers_for,
+)
+from schemas.errors import DecodeError, HxError, SchemaError
+from schemas.event import Event, Payload, event_type, event_types
+from schemas.hooks import (
+    HOOK_EVENT_TYPES,
+    HOOK_NAMES,
+    AfterModel,
+    AfterTool,
+    AnyHook,
+    BeforeModel,
+    BeforeTool,
+    HookName,
+    HookPayload,
+    HookRecord,
+    ProcessorTriggered,
+    StepEnd,
+    StepStart,
+    TaskEnd,
+    TaskStart,
+)
+from schemas.lifecycle import (
+    AttemptFinished,
+    AttemptStarted,
+    AttemptStatus,
+    RoundFinished,
+    RoundStarted,
+    RunFinished,
+    RunStarted,
+)
+from schemas.messages import Message, TaskSpec, TokenLogprob, ToolCall, ToolResult, ToolSchema, TopLogprob, Usage
+from schemas.model import ModelError, ModelRequest, ModelResponse
+from schemas.tools import EnvObservation, ToolInvoked, ToolReturned, VerifierScore
+
+__all__ = [
+    "FRAME_TYPE", "HOOK_EVENT_TYPES", "HOOK_NAMES", "HX_COUNT", "HX_SCHEMA_VERSION", "HX_TIME",
+    "HX_TYPE", "MSG_ID", "AfterModel", "AfterTool", "AnyHook", "AttemptFinished", "AttemptStarted",
+    "AttemptStatus", "BeforeModel", "BeforeTool", "DecodeError", "EnvObservation", "Event", "HookName",
+    "HookPayload", "HookRecord", "HxError", "Message", "ModelError", "ModelRequest", "ModelResponse",
+    "Payload", "ProcessorTriggered", "Record", "RoundFinished", "RoundStarted", "RunFinished",
+    "RunStarted", "SchemaError", "StepEnd", "StepStart", "TaskEnd", "TaskSpec", "TaskStart",
+    "TokenLogprob", "ToolCall", "ToolInvoked", "ToolResult", "ToolReturned", "ToolSchema",
+    "TopLogprob", "Usage", "VerifierScore", "decode_body", "decode_frame", "encode_body",
+    "encode_frame", "event_type", "event_types", "headers_for",
+]

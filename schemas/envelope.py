@@ -1,0 +1,132 @@
+"""The envelope: how an event becomes a NATS message and back.
+
+A message's body is msgpack of the event's fields. Its headers carry the event's type
+(``Hx-Type``), schema version (``Hx-Schema-Version``), wall-clock time (``Hx-Time``, in
+nanoseconds; kept out of the body so replayed bodies compare equal) and a deterministic
+``Nats-Msg-Id`` so the server drops a retried duplicate. A *frame* packs several events
+into one message (``Hx-Type: hx.frame``, ``Hx-Count: n``): the NATS client's per-message
+cost dominates small events, so frames are how bulk writers and readers go fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from schemas.errors import DecodeError, SchemaError
+from schemas.event import Event, event_type
+
+HX_TYPE = "Hx-Type"
+HX_SCHEMA_VERSION = "Hx-Schema-Version"
+HX_TIME = "Hx-Time"
+HX_COUNT = "Hx-Count"
+MSG_ID = "Nats-Msg-Id"
+FRAME_TYPE = "hx.frame"
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[str, msgspec.msgpack.Decoder[Event]] = {}
+
+
+class Record(msgspec.Struct, frozen=True, gc=False):
+    """A decoded event with its place on the log."""
+
+    seq: int
+    """Stream sequence of the message holding the event."""
+    index: int
+    """Position inside a frame (0 for a single-event message)."""
+    subject: str
+    type: str
+    version: int
+    time_ns: int
+    event: Event
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """The event's total order on its stream: (sequence, index in frame)."""
+        return (self.seq, self.index)
+
+
+class _FrameItem(msgspec.Struct, array_like=True, frozen=True):
+    type: str
+    version: int
+    body: msgspec.Raw
+
+
+_frame_decoder = msgspec.msgpack.Decoder(list[_FrameItem])
+
+
+def encode_body(event: Event) -> bytes:
+    """Encode an event's fields as msgpack."""
+    if not type(event).TYPE:
+        raise SchemaError(f"{type(event).__qualname__} has no TYPE and cannot go on the log")
+    return _encoder.encode(event)
+
+
+def headers_for(type_name: str, version: int, msg_id: str, time_ns: int, count: int | None = None) -> dict[str, str]:
+    """The headers of a message holding one event (or a frame of ``count``)."""
+    headers = {HX_TYPE: type_name, HX_SCHEMA_VERSION: str(version), HX_TIME: str(time_ns), MSG_ID: msg_id}
+    if count is not None:
+        headers[HX_COUNT] = str(count)
+    return headers
+
+
+def _decoder(type_name: str) -> msgspec.msgpack.Decoder[Event]:
+    dec = _decoders.get(type_name)
+    if dec is None:
+        try:
+            cls = event_type(type_name)
+        except SchemaError as exc:
+            raise DecodeError(str(exc)) from None
+        dec = _decoders[type_name] = msgspec.msgpack.Decoder(cls)
+    return dec
+
+
+def decode_body(type_name: str, version: int | str | None, body: bytes) -> Event:
+    """Decode one event body strictly: unknown type, other version or bad body raise ``DecodeError``."""
+    dec = _decoder(type_name)
+    expected = event_type(type_name).VERSION
+    try:
+        got = int(version) if version is not None else None
+    except ValueError:
+        got = None
+    if got != expected:
+        raise DecodeError(f"event type {type_name!r} has schema version {version!r}; this hx reads {expected}")
+    try:
+        return dec.decode(body)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"malformed {type_name!r} body: {exc}") from None
+
+
+def encode_frame(events: Iterable[Event]) -> bytes:
+    """Pack several events into one frame body."""
+    items = [_FrameItem(type(e).TYPE, type(e).VERSION, msgspec.Raw(encode_body(e))) for e in events]
+    return _encoder.encode(items)
+
+
+def decode_frame(body: bytes) -> list[tuple[str, int, Event]]:
+    """Unpack a frame into (type, version, event) triples, strictly."""
+    try:
+        items = _frame_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"malformed frame: {exc}") from None
+    return [(it.type, it.version, decode_body(it.type, it.version, it.body)) for it in items]
+
+
+def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes) -> list[Record]:
+    """Decode a message from the log into records, or raise ``DecodeError`` naming subject and sequence."""
+    hdrs = headers or {}
+    type_name = hdrs.get(HX_TYPE)
+    try:
+        if type_name is None:
+            raise DecodeError(f"missing {HX_TYPE} header")
+        try:
+            time_ns = int(hdrs.get(HX_TIME, "0"))
+        except ValueError:
+            raise DecodeError(f"bad {HX_TIME} header {hdrs.get(HX_TIME)!r}") from None
+        if type_name == FRAME_TYPE:
+            return [Record(seq, i, subject, t, v, time_ns, ev) for i, (t, v, ev) in enumerate(decode_frame(body))]
+        event = decode_body(type_name, hdrs.get(HX_SCHEMA_VERSION), body)
+        return [Record(seq, 0, subject, type_name, type(event).VERSION, time_ns, event)]
+    except DecodeError as exc:
+        raise exc.at(subject=subject, seq=seq) from None

@@ -1,0 +1,58 @@
+"""The base of every event on the log and the registry of event types.
+
+An event is a frozen msgspec Struct with a stable type name (``TYPE``) and a schema
+version (``VERSION``). Both travel in message headers, so the body is only the fields;
+subclasses register themselves when they declare a ``TYPE``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from schemas.errors import SchemaError
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every event type; subclasses set ``TYPE`` and ``VERSION``."""
+
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.TYPE:
+            register(cls)
+
+
+class Payload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of value types nested inside events (messages, tool calls, usage)."""
+
+
+_REGISTRY: dict[str, type[Event]] = {}
+
+
+def register(cls: type[Event]) -> type[Event]:
+    """Add an event type to the registry; a second class with the same name is an error."""
+    existing = _REGISTRY.get(cls.TYPE)
+    if existing is not None and existing is not cls:
+        raise SchemaError(
+            f"event type {cls.TYPE!r} is declared twice: {existing.__module__}.{existing.__qualname__} "
+            f"and {cls.__module__}.{cls.__qualname__}"
+        )
+    _REGISTRY[cls.TYPE] = cls
+    return cls
+
+
+def event_type(name: str) -> type[Event]:
+    """Return the event class registered under ``name`` or raise ``SchemaError``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise SchemaError(f"unknown event type {name!r}") from None
+
+
+def event_types() -> dict[str, type[Event]]:
+    """All registered event types by name, sorted by name."""
+    return dict(sorted(_REGISTRY.items()))

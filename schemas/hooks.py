@@ -1,0 +1,134 @@
+"""The eight hook events processors see, and the log record of each hook pass.
+
+Processors receive and yield these Structs (changing them with
+``msgspec.structs.replace``); the run loop logs each as emitted and as returned by the
+pipeline inside a ``HookRecord``, so a hook payload never carries log bookkeeping.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from schemas.event import Event, Payload
+from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
+
+HookName = Literal[
+    "task_start", "step_start", "before_model", "after_model",
+    "before_tool", "after_tool", "step_end", "task_end",
+]
+HOOK_NAMES: tuple[HookName, ...] = (
+    "task_start", "step_start", "before_model", "after_model",
+    "before_tool", "after_tool", "step_end", "task_end",
+)
+
+
+class HookPayload(Payload, frozen=True, kw_only=True, tag_field="hook"):
+    """Base of the eight hook events; the tag is the hook's name."""
+
+
+class TaskStart(HookPayload, frozen=True, kw_only=True, tag="task_start"):
+    """The attempt begins; processors may change the system prompt."""
+
+    task: TaskSpec
+    system_prompt: str = ""
+    tools: tuple[ToolSchema, ...] = ()
+
+
+class StepStart(HookPayload, frozen=True, kw_only=True, tag="step_start"):
+    """A step begins; processors may edit the history structurally (trim, summarise)."""
+
+    step: int
+    messages: tuple[Message, ...] = ()
+
+
+class BeforeModel(HookPayload, frozen=True, kw_only=True, tag="before_model"):
+    """The model is about to be called; processors may change the last user message."""
+
+    step: int
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSchema, ...] = ()
+
+
+class AfterModel(HookPayload, frozen=True, kw_only=True, tag="after_model"):
+    """The model answered; processors may change its content and tool calls."""
+
+    step: int
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str = ""
+    model: str = ""
+
+
+class BeforeTool(HookPayload, frozen=True, kw_only=True, tag="before_tool"):
+    """A tool is about to run; processors may change its input or withdraw approval."""
+
+    step: int
+    call: ToolCall
+    approved: bool = True
+
+
+class AfterTool(HookPayload, frozen=True, kw_only=True, tag="after_tool"):
+    """A tool returned; processors may change the result."""
+
+    step: int
+    call: ToolCall
+    result: ToolResult
+
+
+class StepEnd(HookPayload, frozen=True, kw_only=True, tag="step_end"):
+    """A step ended; read-only."""
+
+    step: int
+    messages: tuple[Message, ...] = ()
+    done: bool = False
+
+
+class TaskEnd(HookPayload, frozen=True, kw_only=True, tag="task_end"):
+    """The attempt ended with the verifier's result; read-only."""
+
+    task_id: str
+    passed: bool
+    score: float = 0.0
+    steps: int = 0
+    status: str = "completed"
+
+
+AnyHook = TaskStart | StepStart | BeforeModel | AfterModel | BeforeTool | AfterTool | StepEnd | TaskEnd
+
+HOOK_EVENT_TYPES: dict[str, type[HookPayload]] = {
+    "task_start": TaskStart, "step_start": StepStart, "before_model": BeforeModel,
+    "after_model": AfterModel, "before_tool": BeforeTool, "after_tool": AfterTool,
+    "step_end": StepEnd, "task_end": TaskEnd,
+}
+
+
+class HookRecord(Event, frozen=True, kw_only=True):
+    """A hook event as the run loop emitted it or as one processor chain returned it."""
+
+    TYPE = "hook"
+
+    stage: Literal["emitted", "returned"]
+    step: int
+    """The step the hook fired in (0 for task_start and task_end)."""
+    index: int = 0
+    """Position among the events a split returned (0 when not split)."""
+    event: AnyHook
+
+
+class ProcessorTriggered(Event, frozen=True, kw_only=True):
+    """A processor changed, split, intercepted or interrupted a hook event."""
+
+    TYPE = "processor.triggered"
+
+    processor: str
+    """The processor's registered type name."""
+    group: str
+    """Its singleton group."""
+    hook: HookName
+    step: int
+    action: Literal["changed", "split", "intercepted", "interrupted"]
+    fields: tuple[str, ...] = ()
+    """Dotted paths of the fields it changed."""
+    outputs: int = 1
+    """How many events it yielded."""
+    reason: str = ""

@@ -1,0 +1,57 @@
+"""Publish the JSON Schema of every event type to ``schemas/json/<type>.json``.
+
+These files are the contract a consumer in another language decodes with; a test fails
+when they and the Structs disagree. Regenerate with ``python -m schemas.jsonschema``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import schemas  # noqa: F401 - importing the package registers every event type
+from schemas.event import event_types
+
+JSON_DIR = Path(__file__).parent / "json"
+
+
+def schema_of(name: str, cls: type[Any]) -> dict[str, Any]:
+    """The JSON Schema of one event type, with its type name and version as metadata."""
+    schema = msgspec.json.schema(cls)
+    schema["$id"] = f"https://hx.dev/schemas/{name}.json"
+    schema["title"] = name
+    schema["x-hx-type"] = name
+    schema["x-hx-schema-version"] = cls.VERSION
+    return schema
+
+
+def render_all() -> dict[str, str]:
+    """Every event type's schema as canonical JSON text, keyed by file name."""
+    return {
+        f"{name}.json": json.dumps(schema_of(name, cls), indent=2, sort_keys=True) + "\n"
+        for name, cls in event_types().items()
+    }
+
+
+def write_all(directory: Path = JSON_DIR) -> list[Path]:
+    """Write every schema file, removing ones for types that no longer exist."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rendered = render_all()
+    for stale in directory.glob("*.json"):
+        if stale.name not in rendered:
+            stale.unlink()
+    paths = []
+    for fname, text in rendered.items():
+        path = directory / fname
+        path.write_text(text)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    written = write_all()
+    sys.stdout.write(f"wrote {len(written)} schemas to {JSON_DIR}\n")

@@ -1,0 +1,88 @@
+"""Run, round and task-attempt lifecycle events."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from schemas.event import Event
+
+AttemptStatus = Literal["completed", "interrupted", "budget_exhausted", "infra_failure"]
+
+
+class RunStarted(Event, frozen=True, kw_only=True):
+    """A run (an evolution or evaluation campaign) began."""
+
+    TYPE = "run.started"
+
+    run_id: str
+    kind: str = "rollout"
+    """What the run does: ``rollout``, ``evolve``, ``train``, ``demo``."""
+    config: dict[str, Any] = {}
+    """The run's settings, secrets excluded."""
+    seed: int = 0
+
+
+class RunFinished(Event, frozen=True, kw_only=True):
+    """A run ended, normally or not."""
+
+    TYPE = "run.finished"
+
+    run_id: str
+    status: Literal["completed", "failed", "cancelled"] = "completed"
+    reason: str = ""
+    rounds: int = 0
+
+
+class RoundStarted(Event, frozen=True, kw_only=True):
+    """A round of a run began: one harness version applied to a batch of tasks."""
+
+    TYPE = "round.started"
+
+    run_id: str
+    round: int
+    harness_digest: str = ""
+    task_ids: tuple[str, ...] = ()
+    split: str = ""
+    attempts_per_task: int = 1
+
+
+class RoundFinished(Event, frozen=True, kw_only=True):
+    """A round ended."""
+
+    TYPE = "round.finished"
+
+    run_id: str
+    round: int
+    attempts: int = 0
+    passed: int = 0
+
+
+class AttemptStarted(Event, frozen=True, kw_only=True):
+    """One attempt at one task began."""
+
+    TYPE = "attempt.started"
+
+    run_id: str
+    round: int
+    task_id: str
+    attempt: int
+    harness_digest: str = ""
+    model: str = ""
+    seed: int = 0
+
+
+class AttemptFinished(Event, frozen=True, kw_only=True):
+    """One attempt ended: the verdict that task history and pass@k are built from."""
+
+    TYPE = "attempt.finished"
+
+    run_id: str
+    round: int
+    task_id: str
+    attempt: int
+    passed: bool
+    score: float = 0.0
+    steps: int = 0
+    status: AttemptStatus = "completed"
+    reason: str = ""
+    """Why an attempt was interrupted or failed for infrastructure reasons."""

@@ -1,0 +1,87 @@
+"""Value types carried inside events: chat messages, tools, tool calls, usage, log-probs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from schemas.event import Payload
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(Payload, frozen=True, kw_only=True):
+    """A model's request to call one tool."""
+
+    id: str
+    """Identifier the model gave the call, echoed by the result."""
+    name: str
+    """The tool's name."""
+    input: dict[str, Any]
+    """Arguments, as JSON-compatible values."""
+
+
+class ToolSchema(Payload, frozen=True, kw_only=True):
+    """A tool offered to the model: name, description and JSON Schema of its input."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = {}
+
+
+class ToolResult(Payload, frozen=True, kw_only=True):
+    """What a tool returned for one call."""
+
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    data: dict[str, Any] = {}
+    """Structured extras (environment score, flags), kept out of the text the model sees."""
+
+
+class Message(Payload, frozen=True, kw_only=True):
+    """One chat message in a conversation."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls made by an assistant message."""
+    tool_call_id: str | None = None
+    """For a tool message: the call it answers."""
+    name: str | None = None
+
+
+class Usage(Payload, frozen=True, kw_only=True):
+    """Token counts and cost of one model call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class TopLogprob(Payload, frozen=True, kw_only=True):
+    """An alternative the model considered at one position, with its log-probability."""
+
+    token: str
+    logprob: float
+
+
+class TokenLogprob(Payload, frozen=True, kw_only=True):
+    """Log-probability of one chosen token, or of one chosen option for choice-level policies."""
+
+    token: str
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+class TaskSpec(Payload, frozen=True, kw_only=True):
+    """A task as the agent receives it."""
+
+    id: str
+    """Benchmark-qualified id, for example ``twx:coin:dev:17``."""
+    instruction: str
+    benchmark: str = ""
+    split: str = ""
+    seed: int = 0
+    meta: dict[str, Any] = {}

@@ -1,0 +1,62 @@
+"""Model calls: the request, the response (with log-probabilities) and failed attempts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from schemas.event import Event
+from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, Usage
+
+ModelErrorKind = Literal["rate_limit", "authentication", "context_length", "connection", "server", "other"]
+
+
+class ModelRequest(Event, frozen=True, kw_only=True):
+    """What was sent to a model for one role at one step."""
+
+    TYPE = "model.request"
+
+    role: str
+    """The model role (``main``, ``judge``, ...)."""
+    model: str
+    """Provider-qualified model name, for example ``anthropic:claude-sonnet-4-6``."""
+    step: int
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSchema, ...] = ()
+    params: dict[str, Any] = {}
+    """Sampling parameters (temperature, max tokens, seed)."""
+    try_index: int = 0
+    """Which try this is within the role's retry and fallback chain."""
+
+
+class ModelResponse(Event, frozen=True, kw_only=True):
+    """What a model answered, with what the learner needs to train on it."""
+
+    TYPE = "model.response"
+
+    role: str
+    model: str
+    model_version: str = ""
+    """The exact model id the provider reported (snapshot, checkpoint digest)."""
+    step: int
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str = ""
+    usage: Usage = Usage()
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """Per-token (or per-choice) log-probabilities of what was chosen, when available."""
+    try_index: int = 0
+
+
+class ModelError(Event, frozen=True, kw_only=True):
+    """A model call failed; ``kind`` drives retry and fallback."""
+
+    TYPE = "model.error"
+
+    role: str
+    model: str
+    step: int
+    kind: ModelErrorKind
+    message: str
+    """The provider's message with any secret removed."""
+    try_index: int = 0
+    next_action: Literal["retry", "fallback", "raise"] = "raise"

@@ -1,0 +1,1 @@
+"""The log: NATS JetStream streams, the embedded server, append / read / subscribe."""

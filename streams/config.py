@@ -1,0 +1,76 @@
+"""Where the log lives: the embedded server's data directory or an external NATS URL."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = ".hx"
+
+
+@dataclass(frozen=True)
+class NatsSettings:
+    """Connection settings, read from ``HX_*`` environment variables.
+
+    With no ``url`` hx starts (or joins) an embedded nats-server under ``data_dir``.
+    Secrets are kept out of ``repr`` so they never reach a log line or an error.
+    """
+
+    url: str | None = None
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    creds_file: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    ack_timeout: float = 5.0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> NatsSettings:
+        """Build settings from ``HX_NATS_URL``, ``HX_DATA_DIR`` and the credential variables."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            "url": env.get("HX_NATS_URL") or None,
+            "data_dir": Path(env.get("HX_DATA_DIR") or DEFAULT_DATA_DIR),
+            "user": env.get("HX_NATS_USER") or None,
+            "password": env.get("HX_NATS_PASSWORD") or None,
+            "token": env.get("HX_NATS_TOKEN") or None,
+            "creds_file": env.get("HX_NATS_CREDS") or None,
+            "tls_ca": env.get("HX_NATS_TLS_CA") or None,
+            "tls_cert": env.get("HX_NATS_TLS_CERT") or None,
+            "tls_key": env.get("HX_NATS_TLS_KEY") or None,
+        }
+        if env.get("HX_ACK_TIMEOUT"):
+            values["ack_timeout"] = float(env["HX_ACK_TIMEOUT"])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if isinstance(values["data_dir"], str):
+            values["data_dir"] = Path(values["data_dir"])
+        return cls(**values)
+
+    @property
+    def embedded(self) -> bool:
+        """True when hx runs its own nats-server instead of using ``url``."""
+        return self.url is None
+
+    def connect_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect`` carrying credentials and TLS."""
+        opts: dict[str, Any] = {}
+        if self.user is not None:
+            opts["user"] = self.user
+        if self.password is not None:
+            opts["password"] = self.password
+        if self.token is not None:
+            opts["token"] = self.token
+        if self.creds_file is not None:
+            opts["user_credentials"] = self.creds_file
+        if self.tls_ca or self.tls_cert:
+            ctx = ssl.create_default_context(cafile=self.tls_ca)
+            if self.tls_cert:
+                ctx.load_cert_chain(self.tls_cert, self.tls_key)
+            opts["tls"] = ctx
+        return opts

@@ -1,0 +1,38 @@
+"""Errors of the log layer: NATS failures translated where they enter hx."""
+
+from __future__ import annotations
+
+from schemas.errors import HxError
+
+
+class LogError(HxError):
+    """The event log could not do what was asked."""
+
+
+class ServerError(LogError):
+    """The embedded nats-server could not be started, joined or stopped."""
+
+
+class TopologyMismatch(LogError):
+    """A stream or bucket exists with a configuration other than the declared one."""
+
+
+class AppendTimeout(LogError):
+    """An append was not acknowledged in time; it may or may not be stored."""
+
+
+class ConcurrencyConflict(LogError):
+    """A conditional append lost the race: the subject moved past the expected sequence."""
+
+    def __init__(self, subject: str, expected: int) -> None:
+        self.subject = subject
+        self.expected = expected
+        super().__init__(f"subject {subject!r} is no longer at sequence {expected}")
+
+
+class UnacknowledgedAppends(LogError):
+    """Some appends of a batch were never acknowledged, even after retries."""
+
+    def __init__(self, keys: list[str], reason: str) -> None:
+        self.keys = keys
+        super().__init__(f"{len(keys)} append(s) unacknowledged after retries: {reason}")

@@ -1,0 +1,311 @@
+"""The event log: typed append, batched append, conditional append, read and subscribe.
+
+Appends carry a deterministic ``Nats-Msg-Id``: the caller's key (an event's position in
+its run, e.g. ``<subject>#<n>``) or, without one, a hash of subject, type and body. A
+retried append therefore lands once. Every ack has a timeout: nats-py's
+``publish_async`` never resolves a future the server rejected (nats.py issue 985), so a
+batch that times out is retried message by message, and what stays unacknowledged is
+reported, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+
+from schemas.envelope import (
+    FRAME_TYPE,
+    MSG_ID,
+    Record,
+    decode_message,
+    encode_body,
+    encode_frame,
+    headers_for,
+)
+from schemas.errors import DecodeError
+from schemas.event import Event
+from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
+from streams.quarantine import Quarantine, Quarantined
+from streams.topology import TRACE
+
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071
+_RETRYABLE = (asyncio.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.TimeoutError,
+              nats.errors.NoRespondersError, nats.errors.OutboundBufferLimitError,
+              nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One event to append: where it goes and the key that makes its append idempotent."""
+
+    subject: str
+    event: Event
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Appended:
+    """The server's acknowledgement of one stored message."""
+
+    seq: int
+    key: str
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    subject: str
+    body: bytes
+    headers: dict[str, str]
+    key: str
+
+
+def content_key(subject: str, type_name: str, body: bytes) -> str:
+    """The default message id: a hash of where the event goes and what it says."""
+    digest = hashlib.sha256(subject.encode() + b"\0" + type_name.encode() + b"\0" + body).hexdigest()
+    return digest[:40]
+
+
+class EventLog:
+    """Typed, idempotent access to hx's JetStream streams."""
+
+    def __init__(self, nc: NATS, js: JetStreamContext, *, ack_timeout: float = 5.0,
+                 max_in_flight: int = 512, retries: int = 5, retry_backoff: float = 0.25) -> None:
+        self.nc = nc
+        self.js = js
+        self.ack_timeout = ack_timeout
+        self.max_in_flight = max_in_flight
+        self.retries = retries
+        self.retry_backoff = retry_backoff
+        self.quarantine = Quarantine()
+        self.retried = 0
+        """How many message appends were sent again after a lost or late ack."""
+
+    # --- encoding --------------------------------------------------------------------
+
+    @staticmethod
+    def _outgoing(entry: Entry, now_ns: int) -> _Outgoing:
+        body = encode_body(entry.event)
+        cls = type(entry.event)
+        key = entry.key or content_key(entry.subject, cls.TYPE, body)
+        return _Outgoing(entry.subject, body, headers_for(cls.TYPE, cls.VERSION, key, now_ns), key)
+
+    @staticmethod
+    def _frame(subject: str, events: Sequence[Event], key: str | None, now_ns: int) -> _Outgoing:
+        body = encode_frame(events)
+        key = key or content_key(subject, FRAME_TYPE, body)
+        return _Outgoing(subject, body, headers_for(FRAME_TYPE, 1, key, now_ns, count=len(events)), key)
+
+    # --- appends ---------------------------------------------------------------------
+
+    async def append(self, subject: str, event: Event, *, key: str | None = None,
+                     expected_last_seq: int | None = None) -> Appended:
+        """Append one event and wait for its ack; with ``expected_last_seq``, only if the subject is there."""
+        out = self._outgoing(Entry(subject, event, key), time.time_ns())
+        if expected_last_seq is not None:
+            out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+        return await self._publish_one(out, expected_last_seq)
+
+    async def append_frame(self, subject: str, events: Sequence[Event], *, key: str | None = None,
+                           expected_last_seq: int | None = None) -> Appended:
+        """Append several events as one message: stored together or not at all."""
+        if not events:
+            raise ValueError("a frame needs at least one event")
+        out = self._frame(subject, events, key, time.time_ns())
+        if expected_last_seq is not None:
+            out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+        return await self._publish_one(out, expected_last_seq)
+
+    async def _publish_one(self, out: _Outgoing, expected: int | None) -> Appended:
+        last_error: BaseException | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.retried += 1
+                await asyncio.sleep(self.retry_backoff * attempt)
+            try:
+                ack = await self.js.publish(out.subject, out.body, timeout=self.ack_timeout, headers=out.headers)
+                return Appended(ack.seq, out.key, bool(ack.duplicate))
+            except BadRequestError as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE and expected is not None:
+                    raise ConcurrencyConflict(out.subject, expected) from exc
+                raise LogError(f"append to {out.subject!r} rejected: {exc.description}") from exc
+            except APIError as exc:
+                raise LogError(f"append to {out.subject!r} rejected: {exc.description}") from exc
+            except _RETRYABLE as exc:
+                last_error = exc
+        raise AppendTimeout(f"append to {out.subject!r} (key {out.key}) not acknowledged after "
+                            f"{self.retries + 1} tries: {type(last_error).__name__}")
+
+    async def append_batch(self, entries: Iterable[Entry], *, frame_size: int = 1) -> list[Appended]:
+        """Append many events with pipelined acks, at most ``max_in_flight`` unacknowledged.
+
+        With ``frame_size > 1`` consecutive events for the same subject are packed into
+        frames of up to that many events. Returns one ``Appended`` per message, in order.
+        Raises ``UnacknowledgedAppends`` (carrying the keys) if some never got an ack.
+        """
+        now = time.time_ns()
+        if frame_size <= 1:
+            outgoing = [self._outgoing(e, now) for e in entries]
+        else:
+            outgoing = self._pack(list(entries), frame_size, now)
+        results: list[Appended | None] = [None] * len(outgoing)
+        pending = list(range(len(outgoing)))
+        reason = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.retried += len(pending)
+                await asyncio.sleep(self.retry_backoff * attempt)
+            pending, reason = await self._pipeline(outgoing, pending, results)
+            if not pending:
+                break
+        if pending:
+            raise UnacknowledgedAppends([outgoing[i].key for i in pending], reason)
+        return [r for r in results if r is not None]
+
+    def _pack(self, entries: list[Entry], frame_size: int, now: int) -> list[_Outgoing]:
+        out: list[_Outgoing] = []
+        i = 0
+        while i < len(entries):
+            subject = entries[i].subject
+            j = i
+            while j < len(entries) and j - i < frame_size and entries[j].subject == subject:
+                j += 1
+            # A frame's key derives from its first event's key, so a retried batch dedupes.
+            first = entries[i].key
+            out.append(self._frame(subject, [e.event for e in entries[i:j]],
+                                   f"{first}+{j - i}" if first else None, now))
+            i = j
+        return out
+
+    async def _pipeline(self, outgoing: list[_Outgoing], indexes: list[int],
+                        results: list[Appended | None]) -> tuple[list[int], str]:
+        """Send the given messages with a bounded window; return the ones not acked and why."""
+        inflight: deque[tuple[int, asyncio.Future[PubAck], float]] = deque()
+        failed: list[int] = []
+        reason = ""
+
+        async def settle(i: int, fut: asyncio.Future[PubAck], deadline: float) -> None:
+            nonlocal reason
+            try:
+                if not fut.done():
+                    await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - time.monotonic()))
+                ack = fut.result()
+                results[i] = Appended(ack.seq, outgoing[i].key, bool(ack.duplicate))
+            except APIError as exc:
+                raise LogError(f"append to {outgoing[i].subject!r} rejected: {exc.description}") from exc
+            except _RETRYABLE as exc:
+                fut.cancel()  # frees nats-py's pending slot; the message is retried with the same id
+                failed.append(i)
+                reason = type(exc).__name__
+
+        for i in indexes:
+            if len(inflight) >= self.max_in_flight:
+                await settle(*inflight.popleft())
+            out = outgoing[i]
+            try:
+                fut = await self.js.publish_async(out.subject, out.body, headers=out.headers)
+            except _RETRYABLE as exc:
+                failed.append(i)
+                reason = type(exc).__name__
+                continue
+            inflight.append((i, fut, time.monotonic() + self.ack_timeout))
+        while inflight:
+            await settle(*inflight.popleft())
+        return sorted(failed), reason
+
+    # --- reads -----------------------------------------------------------------------
+
+    async def last_seq(self, stream: str = TRACE.name) -> int:
+        """The sequence of the newest message in ``stream`` (0 when empty)."""
+        info = await self.js.stream_info(stream)
+        return int(info.state.last_seq)
+
+    async def last_subject_seq(self, subject: str, stream: str = TRACE.name) -> int:
+        """The sequence of the newest message on ``subject`` (0 when none), for conditional appends."""
+        try:
+            msg = await self.js.get_last_msg(stream, subject)
+        except NotFoundError:
+            return 0
+        return int(msg.seq or 0)
+
+    async def read(self, stream: str = TRACE.name, *, start: int = 1, stop: int | None = None,
+                   subjects: Sequence[str] = (), types: Iterable[str] = (),
+                   batch: int = 1000) -> AsyncIterator[Record]:
+        """Yield the records of ``stream`` from sequence ``start`` up to ``stop`` (default: the end now)."""
+        last = await self.last_seq(stream)
+        stop = last if stop is None else min(stop, last)
+        if start > stop:
+            return
+        async for record in self._consume(stream, start, subjects, types, batch, stop=stop):
+            yield record
+
+    async def subscribe(self, stream: str = TRACE.name, *, start: int = 1, subjects: Sequence[str] = (),
+                        types: Iterable[str] = (), batch: int = 1000) -> AsyncIterator[Record]:
+        """Yield records from ``start`` on, then new ones as they arrive, until the caller stops."""
+        async for record in self._consume(stream, start, subjects, types, batch, stop=None):
+            yield record
+
+    async def _consume(self, stream: str, start: int, subjects: Sequence[str], types: Iterable[str],
+                       batch: int, stop: int | None) -> AsyncIterator[Record]:
+        wanted = frozenset(types)
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start),
+            ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True, num_replicas=1,
+            max_waiting=1,
+        )
+        if len(subjects) > 1:
+            config.filter_subjects = list(subjects)
+        sub = await self.js.pull_subscribe(subjects[0] if len(subjects) == 1 else "", stream=stream, config=config)
+        consumer: str | None = None
+        try:
+            info = await sub.consumer_info()
+            consumer = info.name
+            if stop is not None and info.num_pending == 0:
+                return
+            while True:
+                try:
+                    msgs = await sub.fetch(batch, timeout=1.0 if stop is None else self.ack_timeout)
+                except nats.errors.TimeoutError:
+                    if stop is None:
+                        continue
+                    return  # nothing more matches the filter before ``stop``
+                for msg in msgs:
+                    meta = msg.metadata
+                    seq = meta.sequence.stream
+                    if stop is not None and seq > stop:
+                        return
+                    for record in self._decode(stream, msg.subject, seq, msg.headers, msg.data):
+                        if not wanted or record.type in wanted:
+                            yield record
+                    if stop is not None and (seq >= stop or meta.num_pending == 0):
+                        return
+        finally:
+            try:
+                await sub.unsubscribe()
+                if consumer is not None:
+                    await self.js.delete_consumer(stream, consumer)
+            except (NotFoundError, *_RETRYABLE):  # the consumer times out on its own anyway
+                pass
+
+    def _decode(self, stream: str, subject: str, seq: int, headers: dict[str, str] | None,
+                body: bytes) -> list[Record]:
+        try:
+            return decode_message(subject, seq, headers, body)
+        except DecodeError as exc:
+            self.quarantine.add(Quarantined(stream, subject, seq, exc.reason,
+                                            (headers or {}).get("Hx-Type"), len(body)))
+            return []
+
+
+__all__ = ["MSG_ID", "Appended", "Entry", "EventLog", "content_key"]

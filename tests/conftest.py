@@ -1,0 +1,27 @@
+"""Shared fixtures: every test that needs NATS gets its own real nats-server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from streams.server import NatsProcess
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsProcess]:
+    """A fresh nats-server with JetStream on a free loopback port (starts in ~10 ms)."""
+    proc = NatsProcess(tmp_path / "nats" / "store")
+    proc.start(detach=False)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def nats_url(nats_server: NatsProcess) -> str:
+    """The URL of the test's own nats-server."""
+    return nats_server.url
