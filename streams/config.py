@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import os
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 DEFAULT_DATA_DIR = ".hx"
+
+
+def redact_url(url: str) -> str:
+    """A NATS URL with any user:password part removed, safe for messages."""
+    if "@" not in url:
+        return url
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # no scheme: host:port, perhaps after user:pass@
+        scheme, rest = "", url
+    return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"  # the host never holds '@'
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,13 @@ class NatsSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     ack_timeout: float = 5.0
+
+    def __repr__(self) -> str:
+        # A URL may carry user:password@ too; the generated repr would show it.
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        if self.url is not None:
+            shown["url"] = redact_url(self.url)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> NatsSettings:

@@ -8,14 +8,17 @@ from dataclasses import dataclass
 
 import nats
 import nats.errors
+import structlog
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from streams.config import NatsSettings
+from streams.config import NatsSettings, redact_url
 from streams.errors import LogError
 from streams.log import EventLog
 from streams.server import EmbeddedServer
 from streams.topology import apply_topology
+
+_log = structlog.get_logger("hx.streams")
 
 
 @dataclass
@@ -29,14 +32,6 @@ class Connection:
     server: EmbeddedServer | None
 
 
-def redact_url(url: str) -> str:
-    """A NATS URL with any user:password part removed, safe for messages."""
-    if "@" in url:
-        scheme, _, rest = url.partition("://")
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
-
-
 @contextlib.asynccontextmanager
 async def connect(settings: NatsSettings | None = None, *, apply: bool = True) -> AsyncIterator[Connection]:
     """Connect to hx's NATS (embedded unless ``HX_NATS_URL`` is set) and yield the connection."""
@@ -47,13 +42,26 @@ async def connect(settings: NatsSettings | None = None, *, apply: bool = True) -
         server = EmbeddedServer(settings.data_dir)
         url = server.acquire()
     try:
+        connected = False
+
+        async def on_error(exc: Exception) -> None:
+            # With unlimited reconnects nats-py retries a failed *first* connect forever (wrong URL,
+            # server down, bad credentials): fail fast instead. Once connected, errors only log.
+            if not connected:
+                raise exc
+            _log.warning("nats connection error", error=f"{type(exc).__name__}: {exc}")
+
+        nc = NATS()
         try:
-            nc = await nats.connect(
+            await nc.connect(
                 url, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
-                allow_reconnect=True, **settings.connect_options(),
+                allow_reconnect=True, error_cb=on_error, **settings.connect_options(),
             )
-        except (OSError, nats.errors.Error) as exc:
+        except (OSError, nats.errors.Error) as exc:  # TimeoutError is an OSError
+            with contextlib.suppress(Exception):
+                await nc.close()
             raise LogError(f"cannot connect to NATS at {redact_url(url)}: {type(exc).__name__}: {exc}") from None
+        connected = True
         try:
             js = nc.jetstream(publish_async_max_pending=4096)
             if apply:

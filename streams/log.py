@@ -14,10 +14,11 @@ import asyncio
 import hashlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
@@ -42,7 +43,9 @@ EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = 10071
 _RETRYABLE = (asyncio.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.TimeoutError,
               nats.errors.NoRespondersError, nats.errors.OutboundBufferLimitError,
-              nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError)
+              nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
+              # no stream answered: none covers the subject, or JetStream still recovers from a restart
+              nats.js.errors.NoStreamResponseError)
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,9 @@ class EventLog:
                 raise LogError(f"append to {out.subject!r} rejected: {exc.description}") from exc
             except APIError as exc:
                 raise LogError(f"append to {out.subject!r} rejected: {exc.description}") from exc
+            except nats.errors.MaxPayloadError as exc:
+                raise LogError(f"append to {out.subject!r}: {len(out.body)} bytes exceed the server's "
+                               f"maximum payload ({self.nc.max_payload})") from exc
             except _RETRYABLE as exc:
                 last_error = exc
         raise AppendTimeout(f"append to {out.subject!r} (key {out.key}) not acknowledged after "
@@ -159,6 +165,10 @@ class EventLog:
             outgoing = [self._outgoing(e, now) for e in entries]
         else:
             outgoing = self._pack(list(entries), frame_size, now)
+        for out in outgoing:  # before sending anything (a failed publish_async would also leak a slot)
+            if len(out.body) > self.nc.max_payload:
+                raise LogError(f"append to {out.subject!r}: {len(out.body)} bytes exceed the server's "
+                               f"maximum payload ({self.nc.max_payload})")
         results: list[Appended | None] = [None] * len(outgoing)
         pending = list(range(len(outgoing)))
         reason = ""
@@ -213,6 +223,13 @@ class EventLog:
             if len(inflight) >= self.max_in_flight:
                 await settle(*inflight.popleft())
             out = outgoing[i]
+            if not self.nc.is_connected:
+                # nats-py registers publish_async's ack future before sending; when the reconnect
+                # buffer is full the send fails and that future holds one of the context's pending
+                # slots forever (publish_async then blocks for good). Leave it to the next try.
+                failed.append(i)
+                reason = "not connected"
+                continue
             try:
                 fut = await self.js.publish_async(out.subject, out.body, headers=out.headers)
             except _RETRYABLE as exc:
@@ -241,7 +258,7 @@ class EventLog:
 
     async def read(self, stream: str = TRACE.name, *, start: int = 1, stop: int | None = None,
                    subjects: Sequence[str] = (), types: Iterable[str] = (),
-                   batch: int = 1000) -> AsyncIterator[Record]:
+                   batch: int = 1000) -> AsyncGenerator[Record, None]:
         """Yield the records of ``stream`` from sequence ``start`` up to ``stop`` (default: the end now)."""
         last = await self.last_seq(stream)
         stop = last if stop is None else min(stop, last)
@@ -251,7 +268,7 @@ class EventLog:
             yield record
 
     async def subscribe(self, stream: str = TRACE.name, *, start: int = 1, subjects: Sequence[str] = (),
-                        types: Iterable[str] = (), batch: int = 1000) -> AsyncIterator[Record]:
+                        types: Iterable[str] = (), batch: int = 1000) -> AsyncGenerator[Record, None]:
         """Yield records from ``start`` on, then new ones as they arrive, until the caller stops."""
         async for record in self._consume(stream, start, subjects, types, batch, stop=None):
             yield record
@@ -295,7 +312,7 @@ class EventLog:
                 await sub.unsubscribe()
                 if consumer is not None:
                     await self.js.delete_consumer(stream, consumer)
-            except (NotFoundError, *_RETRYABLE):  # the consumer times out on its own anyway
+            except nats.errors.Error:  # the ephemeral consumer times out on its own anyway
                 pass
 
     def _decode(self, stream: str, subject: str, seq: int, headers: dict[str, str] | None,

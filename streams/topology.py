@@ -10,9 +10,9 @@ reported, never silently changed.
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -148,7 +148,12 @@ class TraceAddress:
         run, rnd, task, att = parts[2:]
 
         def num(t: str) -> int | None:
-            return None if t == NO_TOKEN else int(t)
+            if t == NO_TOKEN:
+                return None
+            try:
+                return int(t)
+            except ValueError:
+                raise ValueError(f"not a trace subject: {subject!r} (round and attempt are numbers)") from None
         return cls(token_value(run), num(rnd), None if task == NO_TOKEN else token_value(task), num(att))
 
 

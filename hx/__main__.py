@@ -1,0 +1,5 @@
+"""``python -m hx``: the same as the ``hx`` command."""
+
+from hx.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `hx` command line: one module per command group, the root in `hx.cli.main`."""

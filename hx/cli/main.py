@@ -1,0 +1,90 @@
+"""The ``hx`` command: the root group, its options and the one place errors become exit codes.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(cli, ["--help"]).exit_code
+0
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+import nats.errors
+
+from hx.cli._app import EXIT_TERMINATED, App, Terminated
+from hx.cli.demo import demo
+from hx.cli.log import log_group
+from hx.cli.projections import projections_group
+from hx.cli.server import server
+from hx.logging import configure_logging
+from schemas.errors import HxError
+from streams.config import NatsSettings
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return re.sub(r"\s*\n\s*", " ", text)
+
+
+def report_error(exc: BaseException, *, debug: bool, prefix: str = "") -> None:
+    """Write ``error: <message>`` to stderr, after the traceback when debugging."""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    click.echo(f"error: {prefix}{_one_line(exc)}", err=True)
+
+
+class HxGroup(click.Group):
+    """The root group: hx errors become ``error:`` lines, Ctrl-C exit code 130, SIGTERM 143."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; translate deliberate failures at this boundary."""
+        debug = bool(ctx.params.get("debug"))
+        try:
+            return super().invoke(ctx)
+        except HxError as exc:
+            report_error(exc, debug=debug)
+        except nats.errors.Error as exc:  # a NATS failure no lower layer translated
+            report_error(exc, debug=debug, prefix=f"NATS: {type(exc).__name__}: ")
+        except TimeoutError as exc:  # nats-py also raises the bare asyncio.TimeoutError
+            report_error(exc, debug=debug, prefix="timed out waiting for NATS: ")
+        except KeyboardInterrupt:
+            ctx.exit(EXIT_INTERRUPTED)
+        except Terminated:
+            ctx.exit(EXIT_TERMINATED)
+        ctx.exit(EXIT_ERROR)
+
+
+@click.group(cls=HxGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="HX_DATA_DIR",
+              show_envvar=True, help="Where the embedded nats-server keeps its data  [default: ./.hx]")
+@click.option("--nats-url", envvar="HX_NATS_URL", show_envvar=True, metavar="URL",
+              help="Use this NATS server or cluster instead of the embedded one.")
+@click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr instead of the console format.")
+@click.option("--debug", is_flag=True, help="Debug logging, and full tracebacks on errors.")
+@click.version_option(package_name="hx-foundry", prog_name="hx")
+@click.pass_context
+def cli(ctx: click.Context, data_dir: Path | None, nats_url: str | None, json_logs: bool, debug: bool) -> None:
+    """hx: a harness foundry for AI agents, event-sourced on NATS JetStream."""
+    configure_logging(json=json_logs, level=logging.DEBUG if debug else logging.INFO)
+    settings = NatsSettings.from_env(data_dir=data_dir, url=nats_url or None)
+    ctx.obj = App(settings=settings, debug=debug, json_logs=json_logs)
+
+
+cli.add_command(server)
+cli.add_command(log_group)
+cli.add_command(projections_group)
+cli.add_command(demo)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``hx`` console script."""
+    cli.main(args=argv, prog_name="hx")
