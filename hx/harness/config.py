@@ -1,0 +1,278 @@
+"""HarnessConfig: the harness as an immutable, comparable, serialisable value.
+
+A config is a list of attachments (processor type, parameters, hooks) in attach order,
+plus the slots its processors share. Builder operations return new configs. Each
+hook's pipeline is resolved by ``_order``, then ``_after``, then attach order; the
+content ``digest`` is taken over the resolved pipelines, so two configs that run the
+same processors in the same order are equal and name the same harness version.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import msgspec
+import tomli_w
+import yaml
+
+from hx.harness.errors import CompositionError
+from hx.harness.ordering import check_dependencies, resolve_order
+from hx.harness.processor import Processor, build, processor_type
+from schemas.hooks import HOOK_NAMES, HookName
+
+Format = Literal["json", "yaml", "toml"]
+
+
+class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Resources shared by the processors of one run (the paper's S)."""
+
+    tools: tuple[str, ...] = ()
+    """Extra tools from the tool registry offered besides the task's own."""
+    tracer: Literal["log", "none"] = "log"
+    """Where hook events go: the event log, or nowhere (benchmarks of the loop itself)."""
+    workspace: str = ""
+    """Root directory of per-attempt workspaces; empty means a temporary directory."""
+    sandbox: Literal["subprocess", "none"] = "subprocess"
+    """How code-running tools are isolated."""
+    plugins: tuple[str, ...] = ()
+    """Modules imported before the harness is built, to register processors and tools."""
+
+
+class Attachment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One processor in a harness: its type, its parameters, and the hooks it serves."""
+
+    type: str
+    hooks: tuple[HookName, ...]
+    params: dict[str, Any] = {}
+
+    def cls(self) -> builtins.type[Processor]:
+        """The processor class."""
+        return processor_type(self.type)
+
+    def group(self) -> str:
+        """The singleton group it occupies."""
+        return self.cls().group()
+
+    def build(self) -> Processor:
+        """A fresh processor instance from these parameters."""
+        return build(self.type, self.params)
+
+
+def _hooks(hook: str | Iterable[str]) -> tuple[HookName, ...]:
+    names = (hook,) if isinstance(hook, str) else tuple(hook)
+    for name in names:
+        if name not in HOOK_NAMES:
+            raise CompositionError(f"unknown hook {name!r}; hooks are: {', '.join(HOOK_NAMES)}")
+    if not names:
+        raise CompositionError("attach needs at least one hook")
+    return cast(tuple[HookName, ...], tuple(dict.fromkeys(names)))
+
+
+def _attachment(hooks: tuple[HookName, ...], processor: Processor) -> Attachment:
+    cls = type(processor)
+    accepted = cls.accepted_hooks()
+    for hook in hooks:
+        if hook not in accepted:
+            raise CompositionError(
+                f"processor {cls.type_name()!r} cannot attach to {hook!r}: its process() accepts "
+                f"{', '.join(accepted)} events")
+    return Attachment(type=cls.type_name(), hooks=hooks, params=processor.params())
+
+
+class HarnessConfig:
+    """The hook-indexed processor pipeline plus slots; an immutable value."""
+
+    __slots__ = ("_attachments", "_digest", "_slots")
+
+    def __init__(self, attachments: Sequence[Attachment] = (), slots: Slots | None = None) -> None:
+        self._attachments = tuple(attachments)
+        self._slots = slots or Slots()
+        self._digest: str | None = None
+        groups: dict[str, str] = {}
+        for att in self._attachments:
+            group = att.group()
+            if group in groups:
+                raise CompositionError(
+                    f"processor {att.type!r} joins singleton group {group!r}, already held by {groups[group]!r}; "
+                    f"use replace({group!r}, ...)")
+            groups[group] = att.type
+
+    # --- builder algebra ------------------------------------------------------------
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        """The attachments in attach order."""
+        return self._attachments
+
+    @property
+    def slots(self) -> Slots:
+        """The shared slot resources."""
+        return self._slots
+
+    def attach(self, hook: str | Iterable[str], processor: Processor) -> HarnessConfig:
+        """A new config with ``processor`` attached at ``hook`` (or several hooks, one instance)."""
+        return HarnessConfig((*self._attachments, _attachment(_hooks(hook), processor)), self._slots)
+
+    def replace(self, group: str, processor: Processor) -> HarnessConfig:
+        """A new config with the processor of ``group`` replaced, at the same hooks."""
+        index = self._index(group)
+        old = self._attachments[index]
+        new_cls = type(processor)
+        if new_cls.group() != group:
+            raise CompositionError(f"replace({group!r}): processor {new_cls.type_name()!r} belongs to group "
+                                   f"{new_cls.group()!r}, not {group!r}")
+        missing = [h for h in old.hooks if h not in new_cls.accepted_hooks()]
+        if missing:
+            raise CompositionError(
+                f"replace({group!r}): processor {new_cls.type_name()!r} targets {', '.join(new_cls.accepted_hooks())}"
+                f" but the group occupies {', '.join(old.hooks)}")
+        atts = list(self._attachments)
+        atts[index] = _attachment(old.hooks, processor)
+        return HarnessConfig(atts, self._slots)
+
+    def remove(self, group: str) -> HarnessConfig:
+        """A new config without the processor of ``group``."""
+        index = self._index(group)
+        return HarnessConfig(self._attachments[:index] + self._attachments[index + 1:], self._slots)
+
+    def with_slots(self, **changes: Any) -> HarnessConfig:
+        """A new config with some slots changed."""
+        return HarnessConfig(self._attachments, msgspec.structs.replace(self._slots, **changes))
+
+    def _index(self, group: str) -> int:
+        for i, att in enumerate(self._attachments):
+            if att.group() == group:
+                return i
+        raise CompositionError(f"no processor in singleton group {group!r}; groups: "
+                               f"{', '.join(a.group() for a in self._attachments) or 'none'}")
+
+    def groups(self) -> tuple[str, ...]:
+        """The singleton groups present, in attach order."""
+        return tuple(att.group() for att in self._attachments)
+
+    # --- resolution -----------------------------------------------------------------
+
+    def validate(self) -> HarnessConfig:
+        """Check the whole composition (dependencies present, no cycles, orders consistent)."""
+        check_dependencies(self._attachments)
+        for hook in HOOK_NAMES:
+            resolve_order(hook, self._attachments)
+        return self
+
+    def pipeline(self, hook: HookName) -> tuple[Attachment, ...]:
+        """The attachments of ``hook`` in execution order."""
+        return resolve_order(_hooks(hook)[0], self._attachments)
+
+    def at(self, hook: str) -> tuple[Processor, ...]:
+        """Fresh processor instances of ``hook`` in execution order."""
+        return tuple(att.build() for att in self.pipeline(_hooks(hook)[0]))
+
+    def instantiate(self) -> dict[HookName, tuple[Processor, ...]]:
+        """Fresh processors for one attempt, per hook; a multi-hook processor is one shared instance."""
+        instances = {id(att): att.build() for att in self._attachments}
+        return {hook: tuple(instances[id(att)] for att in resolve_order(hook, self._attachments))
+                for hook in HOOK_NAMES}
+
+    # --- value semantics ------------------------------------------------------------
+
+    def canonical(self) -> dict[str, Any]:
+        """The resolved form the digest is taken over: pipelines per hook and slots."""
+        pipelines = {hook: [msgspec.to_builtins(a) for a in resolve_order(hook, self._attachments)]
+                     for hook in HOOK_NAMES}
+        return {"pipelines": {h: p for h, p in pipelines.items() if p}, "slots": msgspec.to_builtins(self._slots)}
+
+    @property
+    def digest(self) -> str:
+        """Content digest naming this harness version on the log (``sha256:`` + hex)."""
+        if self._digest is None:
+            text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+            self._digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        return self._digest
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HarnessConfig) and self.digest == other.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        procs = ", ".join(f"{'+'.join(a.hooks)}:{a.type}" for a in self._attachments)
+        return f"HarnessConfig([{procs}], digest={self.digest[:19]})"
+
+    # --- serialisation --------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: processors in attach order, and slots."""
+        return {"processors": [msgspec.to_builtins(a) for a in self._attachments],
+                "slots": msgspec.to_builtins(self._slots)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "harness config") -> HarnessConfig:
+        """Build and validate a config from plain data, naming ``where`` in errors."""
+        if not isinstance(data, Mapping):
+            raise CompositionError(f"{where}: expected a mapping with 'processors' and 'slots'")
+        unknown = set(data) - {"processors", "slots"}
+        if unknown:
+            raise CompositionError(f"{where}: unknown keys {sorted(unknown)}")
+        try:
+            atts = msgspec.convert(data.get("processors", []), list[Attachment])
+            slots = msgspec.convert(data.get("slots", {}), Slots)
+        except msgspec.ValidationError as exc:
+            raise CompositionError(f"{where}: {exc}") from None
+        rebuilt = HarnessConfig(slots=slots)
+        for att in atts:  # rebuilt through attach, so every rule is checked again
+            rebuilt = rebuilt.attach(att.hooks, att.build())
+        return rebuilt.validate()
+
+    def dumps(self, fmt: Format = "yaml") -> str:
+        """Serialise as JSON, YAML or TOML."""
+        data = self.to_dict()
+        if fmt == "json":
+            return json.dumps(data, indent=2, sort_keys=True) + "\n"
+        if fmt == "yaml":
+            return str(yaml.safe_dump(data, sort_keys=True))
+        if fmt == "toml":
+            return tomli_w.dumps(data)
+        raise CompositionError(f"unknown config format {fmt!r}; use json, yaml or toml")
+
+    @classmethod
+    def loads(cls, text: str, fmt: Format = "yaml", *, where: str = "harness config") -> HarnessConfig:
+        """Parse a config from JSON, YAML or TOML text."""
+        try:
+            if fmt == "json":
+                data = json.loads(text)
+            elif fmt == "yaml":
+                data = yaml.safe_load(text) or {}
+            elif fmt == "toml":
+                data = tomllib.loads(text)
+            else:
+                raise CompositionError(f"unknown config format {fmt!r}; use json, yaml or toml")
+        except (ValueError, yaml.YAMLError) as exc:
+            raise CompositionError(f"{where}: not valid {fmt}: {exc}") from None
+        return cls.from_dict(data, where=where)
+
+    @classmethod
+    def load(cls, path: str | Path) -> HarnessConfig:
+        """Read a config file; the format follows the suffix (.json, .yaml/.yml, .toml)."""
+        p = Path(path)
+        fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}.get(p.suffix.lower())
+        if fmt is None:
+            raise CompositionError(f"{p}: unknown config suffix {p.suffix!r}; use .json, .yaml or .toml")
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise CompositionError(f"cannot read harness config {p}: {exc.strerror}") from None
+        return cls.loads(text, cast(Format, fmt), where=str(p))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the config to ``path`` in the format its suffix names."""
+        p = Path(path)
+        fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}.get(p.suffix.lower(), "yaml")
+        p.write_text(self.dumps(cast(Format, fmt)))
+        return p

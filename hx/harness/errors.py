@@ -1,0 +1,29 @@
+"""Errors of harness composition and of the hook contracts."""
+
+from __future__ import annotations
+
+from schemas.errors import HxError
+
+
+class CompositionError(HxError):
+    """A harness cannot be built: raised before anything runs, naming the processor and the rule."""
+
+
+class ContractViolation(HxError):
+    """A processor changed a field its hook does not permit."""
+
+    def __init__(self, processor: str, hook: str, field: str, detail: str = "") -> None:
+        self.processor = processor
+        self.hook = hook
+        self.field = field
+        msg = f"processor {processor!r} at hook {hook!r} changed {field!r}, which {hook} does not permit"
+        super().__init__(msg + (f": {detail}" if detail else ""))
+
+
+class Interrupt(HxError):
+    """Raised by a processor to end the attempt; the reason is recorded on the log."""
+
+    def __init__(self, reason: str, *, status: str = "interrupted") -> None:
+        self.reason = reason
+        self.status = status
+        super().__init__(reason)

@@ -1,0 +1,139 @@
+"""The processor: the atomic unit of harness behaviour.
+
+A processor consumes one hook event and yields zero or more events of the same type:
+pass-through, transform, split (several), intercept (none) or interrupt (raise
+``Interrupt``). Its declared fields are its parameters, serialised with the harness
+config; anything else it keeps is private per-attempt state, because the run loop
+builds every processor afresh from the config for each attempt.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+import typing
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Union, get_args, get_origin
+
+import msgspec
+
+from hx.harness.errors import CompositionError
+from schemas.hooks import HOOK_EVENT_TYPES, HOOK_NAMES, HookName, HookPayload
+
+PRE = 0
+NORMAL = 50
+POST = 100
+
+_BY_EVENT: dict[type[HookPayload], HookName] = {HOOK_EVENT_TYPES[name]: name for name in HOOK_NAMES}
+_REGISTRY: dict[str, type[Processor]] = {}
+
+
+class Processor(msgspec.Struct, kw_only=True, dict=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Base of every processor; subclasses declare parameters as annotated fields.
+
+    ``dict=True`` gives instances a ``__dict__`` for private per-attempt state, which is
+    never serialised or compared.
+    """
+
+    name: ClassVar[str] = ""
+    """Registry name (defaults to ``module:Class``)."""
+    _singleton_group: ClassVar[str] = ""
+    """Mutual-exclusion group; defaults to the registry name."""
+    _order: ClassVar[int] = NORMAL
+    _after: ClassVar[tuple[str, ...]] = ()
+    """Singleton groups that must run before this one at a shared hook."""
+    dimension: ClassVar[str] = ""
+    """The paper's behavioural dimension, D1..D9."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not inspect.isabstract(cls) and "process" in cls.__dict__:
+            register(cls)
+
+    async def process(self, event: Any) -> AsyncIterator[Any]:
+        """Consume one hook event and yield zero or more of the same type."""
+        yield event
+
+    @classmethod
+    def type_name(cls) -> str:
+        """The name this processor type is registered and serialised under."""
+        return cls.__dict__.get("name") or f"{cls.__module__}:{cls.__qualname__}"
+
+    @classmethod
+    def group(cls) -> str:
+        """The singleton group this processor occupies."""
+        return cls._singleton_group or cls.type_name()
+
+    @classmethod
+    def accepted_hooks(cls) -> tuple[HookName, ...]:
+        """The hooks whose event types ``process`` accepts, from its annotation."""
+        return accepted_hooks(cls)
+
+    def params(self) -> dict[str, Any]:
+        """The declared parameters as JSON-compatible values."""
+        result: dict[str, Any] = msgspec.to_builtins(self)
+        return result
+
+
+def accepted_hooks(cls: type[Processor]) -> tuple[HookName, ...]:
+    """Read the hook event types from the annotation of ``cls.process``'s event argument."""
+    try:
+        hints = typing.get_type_hints(cls.process)
+    except (NameError, TypeError) as exc:
+        raise CompositionError(f"processor {cls.type_name()!r}: cannot resolve the type of process(): {exc}") from None
+    params = [p for p in inspect.signature(cls.process).parameters if p != "self"]
+    if not params or params[0] not in hints:
+        raise CompositionError(f"processor {cls.type_name()!r}: process() must annotate its event argument")
+    ann = hints[params[0]]
+    members = get_args(ann) if get_origin(ann) in (Union, types.UnionType) else (ann,)
+    if any(m is Any or m is HookPayload for m in members):
+        return HOOK_NAMES  # a generic processor (an observer) accepts every hook
+    hooks = [_BY_EVENT[m] for m in members if m in _BY_EVENT]
+    if len(hooks) != len(members):
+        raise CompositionError(f"processor {cls.type_name()!r}: process() accepts {ann!r}, not hook event types")
+    return tuple(hooks)
+
+
+def register(cls: type[Processor]) -> type[Processor]:
+    """Make a processor type known by its registry name."""
+    name = cls.type_name()
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing is not cls and existing.__qualname__ != cls.__qualname__:
+        raise CompositionError(f"processor name {name!r} is used by {existing.__module__}.{existing.__qualname__} "
+                               f"and {cls.__module__}.{cls.__qualname__}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def processor_type(name: str) -> type[Processor]:
+    """Find a processor type by registry name or ``module:Class`` path (importing the module)."""
+    cls = _REGISTRY.get(name)
+    if cls is not None:
+        return cls
+    module, sep, qualname = name.partition(":")
+    if not sep:
+        raise CompositionError(f"unknown processor {name!r}; known: {', '.join(sorted(_REGISTRY)) or 'none'}")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise CompositionError(f"cannot load processor {name!r}: {exc}") from None
+    if not (isinstance(obj, type) and issubclass(obj, Processor)):
+        raise CompositionError(f"{name!r} is not a Processor subclass")
+    return obj
+
+
+def build(name: str, params: dict[str, Any]) -> Processor:
+    """Instantiate a processor type from its name and parameters, validating them."""
+    cls = processor_type(name)
+    try:
+        return msgspec.convert(params, cls)
+    except msgspec.ValidationError as exc:
+        raise CompositionError(f"processor {name!r}: bad parameters: {exc}") from None
+
+
+def registered() -> dict[str, type[Processor]]:
+    """Every registered processor type by name."""
+    return dict(sorted(_REGISTRY.items()))

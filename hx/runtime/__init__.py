@@ -1,0 +1,1 @@
+"""The runtime: the run loop, hook pipelines, the tracer and model providers."""

@@ -1,0 +1,243 @@
+"""The run loop: drive one attempt through the eight hooks, with every event on the log.
+
+task_start, then steps (step_start, before_model, the model call, after_model, and
+per tool call before_tool, the tool, after_tool, then step_end) until the model stops
+calling tools, the episode ends, a processor interrupts, or the step budget runs out;
+then the verifier and task_end. Given the config, the task, the seed and the same model
+responses and tool results, the loop emits the same event bodies in the same order:
+nothing in a body comes from the clock, a random id or dict order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import msgspec
+
+from hx.harness.config import HarnessConfig
+from hx.harness.errors import ContractViolation, Interrupt
+from hx.runtime.pipeline import HookPipeline
+from hx.runtime.providers.base import CallContext, ProviderError
+from hx.runtime.router import ModelRouter, RoleChains
+from hx.runtime.task import Task, Tool
+from hx.runtime.tracer import AttemptTracer, LogWriter, NullWriter, TraceWriter
+from schemas.errors import HxError
+from schemas.hooks import (
+    AfterModel,
+    AfterTool,
+    BeforeModel,
+    BeforeTool,
+    HookName,
+    StepEnd,
+    StepStart,
+    TaskEnd,
+    TaskStart,
+)
+from schemas.lifecycle import AttemptFinished, AttemptStarted, AttemptStatus
+from schemas.messages import Message, ToolCall, ToolResult
+from schemas.tools import ToolInvoked, ToolReturned, VerifierScore
+from streams.connection import connect
+from streams.log import EventLog
+from streams.topology import trace_subject
+
+BLOCKED = "tool call blocked by the harness"
+
+
+class AttemptResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How one attempt ended."""
+
+    task_id: str
+    attempt: int
+    passed: bool
+    score: float
+    steps: int
+    status: AttemptStatus
+    reason: str = ""
+    events: int = 0
+    """Events the attempt put on the log."""
+    final_answer: str = ""
+
+
+class _Budget(Protocol):
+    max_steps: int
+
+
+class RunLoop:
+    """Executes attempts of one harness bound to one model configuration."""
+
+    def __init__(self, models: RoleChains, harness: HarnessConfig, *, log: EventLog | None = None,
+                 writer: TraceWriter | None = None) -> None:
+        self.models = models
+        self.harness = harness
+        self.log = log
+        self.writer = writer
+
+    @contextlib.asynccontextmanager
+    async def _log(self) -> AsyncIterator[EventLog | None]:
+        if self.log is not None or self.harness.slots.tracer == "none":
+            yield self.log
+            return
+        async with connect() as conn:  # no log given: the configured (or embedded) NATS
+            yield conn.log
+
+    async def run(self, task: Task, *, run_id: str, round: int = 0, attempt: int = 0, seed: int = 0,
+                  max_steps: int = 50) -> AttemptResult:
+        """Run one attempt; infrastructure failures are recorded as failed attempts, never dropped."""
+        async with self._log() as log:
+            writer = self.writer or (NullWriter() if log is None or self.harness.slots.tracer == "none"
+                                     else LogWriter(log))
+            router = ModelRouter(self.models, log=log)
+            tracer = AttemptTracer(writer, trace_subject(run_id, round, task.spec.id, attempt))
+            try:
+                return await _Attempt(self.harness, router, tracer, task, run_id, round, attempt, seed,
+                                      max_steps).run()
+            finally:
+                await router.aclose()
+
+
+class _Attempt:
+    """The state of one attempt while it runs."""
+
+    def __init__(self, harness: HarnessConfig, router: ModelRouter, tracer: AttemptTracer, task: Task,
+                 run_id: str, round: int, attempt: int, seed: int, max_steps: int) -> None:
+        self.router = router
+        self.tracer = tracer
+        self.task = task
+        self.ctx = CallContext(run_id=run_id, round=round, task_id=task.spec.id, attempt=attempt, step=0, seed=seed)
+        self.max_steps = max_steps
+        self.harness = harness
+        procs = harness.instantiate()  # fresh processor instances: no state leaks between attempts
+        self.pipes: dict[HookName, HookPipeline] = {h: HookPipeline(h, ps, tracer.emit) for h, ps in procs.items()}
+        self.tools: dict[str, Tool] = {}
+        self.steps = 0
+        self.final_answer = ""
+
+    def _drain_env(self) -> None:
+        for event in self.task.drain_events():
+            self.tracer.emit(event)
+
+    async def run(self) -> AttemptResult:
+        """Drive the attempt from task_start to task_end."""
+        ctx = self.ctx
+        self.tracer.emit(AttemptStarted(run_id=ctx.run_id, round=ctx.round, task_id=ctx.task_id,
+                                        attempt=ctx.attempt, harness_digest=self.harness.digest,
+                                        model=self.router.models.chain("main")[0], seed=ctx.seed))
+        status: AttemptStatus = "completed"
+        reason = ""
+        score = VerifierScore(verifier="none", passed=False)
+        try:
+            await self._episode()
+            if self.steps >= self.max_steps and not self.task.done and status == "completed":
+                status, reason = "budget_exhausted", f"step budget of {self.max_steps} reached"
+            score = await self.task.verify(self.final_answer)
+            self.tracer.emit(score)
+        except Interrupt as exc:
+            status, reason = ("infra_failure" if exc.status == "infra_failure" else "interrupted"), exc.reason
+        except ContractViolation as exc:
+            status, reason = "interrupted", str(exc)
+        except ProviderError as exc:
+            status, reason = "infra_failure", f"model call failed: {exc}"
+        except HxError as exc:
+            status, reason = "infra_failure", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - an environment crash is recorded as an infrastructure failure
+            status, reason = "infra_failure", f"{type(exc).__name__}: {exc}"
+        finally:
+            with contextlib.suppress(Exception):
+                await self.task.close()
+        passed = score.passed and status in ("completed", "budget_exhausted")
+        end = TaskEnd(task_id=ctx.task_id, passed=passed, score=score.score, steps=self.steps, status=status)
+        with contextlib.suppress(Interrupt, ContractViolation):
+            await self.pipes["task_end"].run(end, 0)  # read-only: observers only, the verdict stands
+        self.tracer.emit(AttemptFinished(run_id=ctx.run_id, round=ctx.round, task_id=ctx.task_id,
+                                         attempt=ctx.attempt, passed=passed, score=score.score,
+                                         steps=self.steps, status=status, reason=reason))
+        await self.tracer.flush()
+        return AttemptResult(task_id=ctx.task_id, attempt=ctx.attempt, passed=passed, score=score.score,
+                             steps=self.steps, status=status, reason=reason, events=self.tracer.count,
+                             final_answer=self.final_answer)
+
+    async def _episode(self) -> None:
+        task = self.task
+        self.tools = {t.schema.name: t for t in task.tools()}
+        first = await task.reset()
+        self._drain_env()
+        start = TaskStart(task=task.spec, system_prompt=task.system_prompt,
+                          tools=tuple(t.schema for t in self.tools.values()))
+        started = await self.pipes["task_start"].run(start, 0)
+        if not started:
+            raise Interrupt("task_start was intercepted: the attempt did not start")
+        ts = started[-1]
+        history: tuple[Message, ...] = ((Message(role="system", content=ts.system_prompt),) if ts.system_prompt
+                                        else ()) + (Message(role="user", content=first),)
+        tools = ts.tools
+        while self.steps < self.max_steps and not task.done:
+            self.steps += 1
+            step = self.steps
+            history, stop = await self._step(step, history, tools)
+            await self.tracer.flush()
+            if stop:
+                break
+
+    async def _step(self, step: int, history: tuple[Message, ...],
+                    tools: tuple[object, ...]) -> tuple[tuple[Message, ...], bool]:
+        ctx = msgspec.structs.replace(self.ctx, step=step)
+        started = await self.pipes["step_start"].run(StepStart(step=step, messages=history), step)
+        stop = False
+        if started:
+            history = started[-1].messages
+            prepared = await self.pipes["before_model"].run(BeforeModel(step=step, messages=history,
+                                                                        tools=tools), step)  # type: ignore[arg-type]
+            if prepared:
+                request = prepared[-1]
+                spec, completion = await self.router.complete("main", request.messages, request.tools, ctx,
+                                                              self.tracer.emit)
+                answered = await self.pipes["after_model"].run(AfterModel(
+                    step=step, content=completion.content, tool_calls=completion.tool_calls,
+                    stop_reason=completion.stop_reason, model=spec), step)
+                calls: tuple[ToolCall, ...] = ()
+                for resp in answered:
+                    history += (Message(role="assistant", content=resp.content, tool_calls=resp.tool_calls),)
+                    calls += resp.tool_calls
+                    if resp.content:
+                        self.final_answer = resp.content
+                if not calls:
+                    stop = True  # the model stopped calling tools: it has answered
+                for call in calls:
+                    history += await self._tool(step, call)
+        ended = StepEnd(step=step, messages=history, done=stop or self.task.done)
+        await self.pipes["step_end"].run(ended, step)
+        return history, stop
+
+    async def _tool(self, step: int, call: ToolCall) -> tuple[Message, ...]:
+        """Run one tool call through before_tool, the tool and after_tool; return the tool messages."""
+        out: tuple[Message, ...] = ()
+        approved = await self.pipes["before_tool"].run(BeforeTool(step=step, call=call), step)
+        if not approved:
+            return (Message(role="tool", content=BLOCKED, tool_call_id=call.id, name=call.name),)
+        for req in approved:
+            if not req.approved:
+                result = ToolResult(call_id=req.call.id, name=req.call.name, output=BLOCKED, is_error=True)
+            else:
+                result = await self._execute(step, req.call)
+            returned = await self.pipes["after_tool"].run(AfterTool(step=step, call=req.call, result=result), step)
+            for res in returned:
+                out += (Message(role="tool", content=res.result.output, tool_call_id=res.call.id,
+                                name=res.call.name),)
+        if not out:
+            out = (Message(role="tool", content=BLOCKED, tool_call_id=call.id, name=call.name),)
+        return out
+
+    async def _execute(self, step: int, call: ToolCall) -> ToolResult:
+        tool = self.tools.get(call.name)
+        self.tracer.emit(ToolInvoked(step=step, call=call))
+        if tool is None:
+            result = ToolResult(call_id=call.id, name=call.name, is_error=True,
+                                output=f"unknown tool {call.name!r}; available: {', '.join(sorted(self.tools))}")
+        else:
+            result = await tool.call(call)
+        self.tracer.emit(ToolReturned(step=step, result=result,
+                                      nondeterministic=bool(tool is not None and tool.nondeterministic)))
+        self._drain_env()
+        return result

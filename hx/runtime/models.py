@@ -1,0 +1,77 @@
+"""ModelConfig: which model serves each role, the fallback chain, and the call policy.
+
+Each role (``main``, ``judge``, ``evaluator``, more by name) has a primary model and an
+ordered fallback list. A call tries the chain in order: a rate limit, connection or
+server error is retried with exponential backoff and then falls back; an
+authentication error falls back at once; a context that is too long is raised, since
+no other model of the chain is assumed to be larger. Every try is an event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from hx.harness.config import HarnessConfig
+from hx.runtime.loop import AttemptResult, RunLoop
+from hx.runtime.providers.base import ProviderError
+from hx.runtime.task import Task
+from streams.log import EventLog
+
+
+class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A model per role with a fallback chain per role (the paper's M)."""
+
+    main: str = "random:"
+    judge: str | None = None
+    evaluator: str | None = None
+    roles: dict[str, str] = {}
+    """Further roles by name."""
+    fallback: dict[str, list[str]] = {}
+    """Per role, models tried in order after the primary fails."""
+    params: dict[str, dict[str, Any]] = {}
+    """Per role, sampling parameters (temperature, max_tokens, seed, logprobs)."""
+    provider_options: dict[str, dict[str, Any]] = {}
+    """Per model spec, provider options (base URL, scripted completions); never secrets."""
+    retries: int = 2
+    """Retries of one model on a retryable error before falling back."""
+    backoff_s: float = 0.5
+
+    def model_for(self, role: str) -> str:
+        """The primary model of a role."""
+        model = {"main": self.main, "judge": self.judge, "evaluator": self.evaluator}.get(role) or self.roles.get(role)
+        if model is None:
+            raise ProviderError("other", f"no model configured for role {role!r}")
+        return model
+
+    def chain(self, role: str) -> list[str]:
+        """The models tried for a role, in order."""
+        return [self.model_for(role), *self.fallback.get(role, [])]
+
+    def params_for(self, role: str) -> dict[str, Any]:
+        """Sampling parameters of a role."""
+        return dict(self.params.get(role, {}))
+
+    def options_for(self, spec: str) -> dict[str, Any]:
+        """Provider options of a model spec."""
+        return dict(self.provider_options.get(spec, {}))
+
+    def agentic(self, harness: HarnessConfig, *, log: EventLog | None = None) -> Agent:
+        """Bind this model configuration to a validated harness: an agent ready to run tasks."""
+        return Agent(self, harness.validate(), log=log)
+
+
+class Agent:
+    """A harness bound to a model configuration (the paper's H = (M, C)), ready to run tasks."""
+
+    def __init__(self, models: ModelConfig, harness: HarnessConfig, *, log: EventLog | None = None) -> None:
+        self.models = models
+        self.harness = harness
+        self.log = log
+
+    async def run(self, task: Task, *, run_id: str = "adhoc", round: int = 0, attempt: int = 0,
+                  seed: int = 0, max_steps: int = 50) -> AttemptResult:
+        """Run one attempt at ``task``; every event goes to the log (opened on demand if none was given)."""
+        loop = RunLoop(self.models, self.harness, log=self.log)
+        return await loop.run(task, run_id=run_id, round=round, attempt=attempt, seed=seed, max_steps=max_steps)

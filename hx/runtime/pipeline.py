@@ -1,0 +1,89 @@
+"""One hook's processor chain: run each processor, check its contract, record what it did.
+
+The chain is a plain loop (as in structlog): each processor consumes every event the
+previous one yielded. A processor's outcome is read off what it yielded: the same
+event (pass-through), a changed one (transform), several (split), none (intercept);
+an ``Interrupt`` it raises ends the attempt. The contract is checked against a private
+copy of the input, so a processor that mutates its input in place is caught too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from hx.harness.contracts import changed_paths, check_contract
+from hx.harness.errors import ContractViolation, Interrupt
+from hx.harness.processor import Processor
+from schemas.event import Event
+from schemas.hooks import HOOK_EVENT_TYPES, HookName, HookPayload, HookRecord, ProcessorTriggered
+
+Action = Literal["changed", "split", "intercepted", "interrupted"]
+
+
+class ProcessorFailed(Interrupt):
+    """A processor raised something other than ``Interrupt``: the attempt ends, blamed on it."""
+
+
+class HookPipeline:
+    """The processors of one hook, in execution order."""
+
+    def __init__(self, hook: HookName, processors: Sequence[Processor], emit: Callable[[Event], None]) -> None:
+        self.hook = hook
+        self.processors = tuple(processors)
+        self.emit = emit
+        self._copy = msgspec.msgpack.Decoder(HOOK_EVENT_TYPES[hook])
+        self._encode = msgspec.msgpack.Encoder().encode
+
+    def _trigger(self, proc: Processor, step: int, action: Action, fields: Sequence[str] = (),
+                 outputs: int = 1, reason: str = "") -> None:
+        self.emit(ProcessorTriggered(processor=type(proc).type_name(), group=type(proc).group(), hook=self.hook,
+                                     step=step, action=action, fields=tuple(dict.fromkeys(fields)),
+                                     outputs=outputs, reason=reason))
+
+    async def run(self, event: HookPayload, step: int) -> list[Any]:
+        """Pass ``event`` through the chain; log it as emitted and each result as returned."""
+        self.emit(HookRecord(stage="emitted", step=step, event=event))  # type: ignore[arg-type]
+        events: list[HookPayload] = [event]
+        for proc in self.processors:
+            out: list[HookPayload] = []
+            for ev in events:
+                out.extend(await self._call(proc, ev, step))
+            events = out
+            if not events:
+                break
+        for i, ev in enumerate(events):
+            self.emit(HookRecord(stage="returned", step=step, index=i, event=ev))  # type: ignore[arg-type]
+        return events
+
+    async def _call(self, proc: Processor, event: HookPayload, step: int) -> list[HookPayload]:
+        name = type(proc).type_name()
+        reference = self._copy.decode(self._encode(event))
+        produced: list[HookPayload] = []
+        try:
+            async for item in proc.process(event):
+                produced.append(item)
+        except Interrupt as exc:
+            self._trigger(proc, step, "interrupted", outputs=len(produced), reason=exc.reason)
+            raise
+        except ContractViolation:
+            raise
+        except Exception as exc:
+            reason = f"processor {name!r} raised {type(exc).__name__}: {exc}"
+            self._trigger(proc, step, "interrupted", outputs=len(produced), reason=reason)
+            raise ProcessorFailed(reason) from exc
+        if event != reference:
+            raise ContractViolation(name, self.hook, changed_paths(reference, event)[0] if changed_paths(
+                reference, event) else "<event>", "mutated its input event in place")
+        fields: list[str] = []
+        for item in produced:
+            fields += check_contract(name, self.hook, reference, item)
+        if not produced:
+            self._trigger(proc, step, "intercepted", outputs=0)
+        elif len(produced) > 1:
+            self._trigger(proc, step, "split", fields, outputs=len(produced))
+        elif fields:
+            self._trigger(proc, step, "changed", fields)
+        return produced
