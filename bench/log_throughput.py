@@ -15,8 +15,9 @@ after_model / step_end, one ``AttemptFinished``):
    same bodies and headers and gathered acks;
 2. ``EventLog.append_batch(frame_size=64)``;
 3. a JSON-lines file (msgspec.json per event + write; flush, and flush + fsync);
-4. ``ProjectionRunner(TraceStore()).rebuild()`` over framed and one-per-message logs, with a
-   breakdown into raw fetch, decode and fold rates measured separately.
+4. ``ProjectionRunner(TraceStore()).rebuild()`` over logs of 64-event frames, step-sized
+   frames (<= 12 events) and single events, with a breakdown into raw fetch, decode and fold
+   rates measured separately, and a rebuild without intermediate checkpoints.
 
 Write figures are the median of several trials (best shown too); the stream is purged
 before each trial and every trial uses fresh subjects and keys, so each stores the same
@@ -63,6 +64,8 @@ from streams.topology import TRACE, apply_topology, trace_subject
 
 EVENTS_PER_ATTEMPT = 64
 FRAME_SIZE = 64
+STEP_FRAME = 12
+"""About one step's events: what the run loop's tracer appends as one frame."""
 _runs = itertools.count()
 
 
@@ -475,28 +478,35 @@ async def main(quick: bool) -> None:
               "EventLog includes it)")
 
         results = {}
-        for label, n, fs in (("framed", sizes.rebuild_framed, FRAME_SIZE), ("single", sizes.rebuild_single, 1)):
+        layouts = (("framed", sizes.rebuild_framed, FRAME_SIZE), ("step", sizes.rebuild_single, STEP_FRAME),
+                   ("single", sizes.rebuild_single, 1))
+        for label, n, fs in layouts:
             print(f"\n[4] rebuild, {label}: writing {n:,} events (frame_size={fs}) ...", flush=True)
             results[label] = await bench_rebuild(js, log, n, fs, TraceStore, batch=1000, rebuilds=sizes.rebuilds)
         print()
-        f, s = results["framed"], results["single"]
+        f = results["framed"]
+        rs = [results[label] for label, _, _ in layouts]
+
+        def row(label: str, key: str) -> tuple[str, ...]:
+            return (label, *(fmt(r[key]) for r in rs))
+
         rows = [
-            ("events in the log", fmt(f["events"]), fmt(s["events"])),
-            ("messages in the log", fmt(f["messages"]), fmt(s["messages"])),
-            ("append_batch (events/s)", fmt(f["write"]), fmt(s["write"])),
-            ("raw fetch (messages/s)", fmt(f["fetch_msgs"]), fmt(s["fetch_msgs"])),
-            ("raw fetch (events/s)", fmt(f["fetch_events"]), fmt(s["fetch_events"])),
-            ("decode_message, in-process (events/s)", fmt(f["decode"]), fmt(s["decode"])),
-            ("TraceStore fold via runner.apply (events/s)", fmt(f["fold"]), fmt(s["fold"])),
-            ("EventLog.read, no fold (events/s)", fmt(f["read"]), fmt(s["read"])),
-            (f"ProjectionRunner.rebuild() (events/s, median of {sizes.rebuilds})", fmt(f["rebuild"]),
-             fmt(s["rebuild"])),
-            ("  best", fmt(f["rebuild_best"]), fmt(s["rebuild_best"])),
-            ("  per client CPU-second", fmt(f["rebuild_cpu"]), fmt(s["rebuild_cpu"])),
-            ("  checkpoints written", fmt(f["checkpoints"]), fmt(s["checkpoints"])),
-            ("rebuild, final checkpoint only (events/s)", fmt(f["rebuild_nocp"]), fmt(s["rebuild_nocp"])),
+            row("events in the log", "events"),
+            row("messages in the log", "messages"),
+            row("append_batch (events/s)", "write"),
+            row("raw fetch (messages/s)", "fetch_msgs"),
+            row("raw fetch (events/s)", "fetch_events"),
+            row("decode_message, in-process (events/s)", "decode"),
+            row("TraceStore fold via runner.apply (events/s)", "fold"),
+            row("EventLog.read, no fold (events/s)", "read"),
+            row(f"ProjectionRunner.rebuild() (events/s, median of {sizes.rebuilds})", "rebuild"),
+            row("  best", "rebuild_best"),
+            row("  per client CPU-second", "rebuild_cpu"),
+            row("  checkpoints written", "checkpoints"),
+            row("rebuild, final checkpoint only (events/s)", "rebuild_nocp"),
         ]
-        print(table(rows, ("stage", f"framed ({FRAME_SIZE}/msg)", "1 event/msg")))
+        print(table(rows, ("stage", f"framed ({FRAME_SIZE}/msg)", f"step-sized (<= {STEP_FRAME}/msg)",
+                           "1 event/msg")))
         print(f"  rebuild, framed: {f['rebuild']:,.0f} events/s (target >= 100,000); "
               "raw fetch, decode and fold are each timed alone, in-process")
         th = await bench_rebuild(js, log, sizes.rebuild_framed // 4, FRAME_SIZE, TaskHistory, batch=1000)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import hashlib
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 import nats.errors
@@ -49,7 +49,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
 class ProjectionRunner(Generic[S]):
     """Keeps one projection's state and position, on the log's KV bucket and object store."""
 
-    def __init__(self, log: EventLog, projection: Projection[S], *, checkpoint_every: int = 50_000,
+    def __init__(self, log: EventLog, projection: Projection[S], *, checkpoint_every: int = 200_000,
                  batch: int = 1000) -> None:
         self.log = log
         self.projection = projection
@@ -105,27 +105,12 @@ class ProjectionRunner(Generic[S]):
     async def follow(self, until: asyncio.Event | None = None) -> None:
         """Apply events as they arrive, checkpointing periodically, until ``until`` is set.
 
-        ``until`` stops the runner even while no event arrives; an event is folded whole or
-        not at all, and the position is checkpointed on the way out.
+        ``until`` stops the runner within about a second even while no event arrives; an
+        event is folded whole or not at all, and the position is checkpointed on the way out.
         """
-        consumer = asyncio.ensure_future(self._follow())
-        waiters: set[asyncio.Future[Any]] = {consumer}
-        if until is not None:
-            waiters.add(asyncio.ensure_future(until.wait()))
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.wait(waiters)
-            await self.checkpoint()
-        if not consumer.cancelled() and (error := consumer.exception()) is not None:
-            raise error
-
-    async def _follow(self) -> None:
         since_checkpoint = 0
         stream = self.log.subscribe(self.projection.stream, start=self.position[0] or 1,
-                                    subjects=self.projection.subjects, batch=self.batch)
+                                    subjects=self.projection.subjects, batch=self.batch, until=until)
         try:
             async for record in stream:
                 if self.apply(record):
@@ -133,8 +118,11 @@ class ProjectionRunner(Generic[S]):
                     if since_checkpoint >= self.checkpoint_every:
                         await self.checkpoint()
                         since_checkpoint = 0
+                if until is not None and until.is_set():
+                    break
         finally:
             await stream.aclose()
+            await self.checkpoint()
 
     async def rebuild(self, progress: Callable[[int, int], None] | None = None) -> S:
         """Forget the checkpoint and fold the whole log from sequence 0."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import ClassVar, Literal
 
 import msgspec
@@ -12,6 +13,9 @@ from schemas.hooks import HookRecord
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.tools import VerifierScore
 from streams.topology import TraceAddress
+
+# An attempt's events share one subject: parse each subject once, not once per event.
+_address = lru_cache(maxsize=65_536)(TraceAddress.parse)
 
 Outcome = Literal["running", "passed", "failed", "infra_failure"]
 
@@ -61,7 +65,7 @@ class TraceStore(Projection[dict[str, AttemptTrace]]):
         """File the record under its attempt and update the attempt's summary."""
         event = record.event
         try:
-            addr = TraceAddress.parse(record.subject)
+            addr = _address(record.subject)
         except ValueError:
             return state
         if addr.round is None or addr.task is None or addr.attempt is None:

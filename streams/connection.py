@@ -53,8 +53,8 @@ async def connect(settings: NatsSettings | None = None, *, apply: bool = True) -
 
         nc = NATS()
         try:
-            await nc.connect(
-                url, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+            await nc.connect(  # nats-py annotates reconnect_time_wait as int but sleeps on any number
+                url, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.2,  # type: ignore[arg-type]
                 allow_reconnect=True, error_cb=on_error, **settings.connect_options(),
             )
         except (OSError, nats.errors.Error) as exc:  # TimeoutError is an OSError

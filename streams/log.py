@@ -268,13 +268,18 @@ class EventLog:
             yield record
 
     async def subscribe(self, stream: str = TRACE.name, *, start: int = 1, subjects: Sequence[str] = (),
-                        types: Iterable[str] = (), batch: int = 1000) -> AsyncGenerator[Record, None]:
-        """Yield records from ``start`` on, then new ones as they arrive, until the caller stops."""
-        async for record in self._consume(stream, start, subjects, types, batch, stop=None):
+                        types: Iterable[str] = (), batch: int = 1000,
+                        until: asyncio.Event | None = None) -> AsyncGenerator[Record, None]:
+        """Yield records from ``start`` on, then new ones as they arrive, until the caller stops or ``until`` is set.
+
+        ``until`` is checked between fetches (at least once a second), so a follower can be
+        stopped without cancelling a fetch in flight.
+        """
+        async for record in self._consume(stream, start, subjects, types, batch, stop=None, until=until):
             yield record
 
     async def _consume(self, stream: str, start: int, subjects: Sequence[str], types: Iterable[str],
-                       batch: int, stop: int | None) -> AsyncIterator[Record]:
+                       batch: int, stop: int | None, until: asyncio.Event | None = None) -> AsyncIterator[Record]:
         wanted = frozenset(types)
         config = ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start),
@@ -290,12 +295,12 @@ class EventLog:
             consumer = info.name
             if stop is not None and info.num_pending == 0:
                 return
-            while True:
+            while until is None or not until.is_set():
                 try:
                     msgs = await sub.fetch(batch, timeout=1.0 if stop is None else self.ack_timeout)
-                except nats.errors.TimeoutError:
-                    if stop is None:
-                        continue
+                except TimeoutError:  # nats-py raises its own subclass or asyncio's
+                    if stop is None or ((await sub.consumer_info()).num_pending or 0) > 0:
+                        continue  # a slow server is not the end of the range
                     return  # nothing more matches the filter before ``stop``
                 for msg in msgs:
                     meta = msg.metadata

@@ -8,6 +8,7 @@ drives the role's retry and fallback policy.
 
 from __future__ import annotations
 
+import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -98,6 +99,14 @@ class Provider(ABC):
 
 ProviderFactory = Callable[..., Provider]
 _PROVIDERS: dict[str, type[Provider]] = {}
+BUILTIN_PROVIDERS: dict[str, str] = {
+    "anthropic": "hx.runtime.providers.anthropic",
+    "openai": "hx.runtime.providers.openai",
+    "replay": "hx.runtime.providers.replay",
+    "random": "hx.runtime.providers.random",
+    "script": "hx.runtime.providers.script",
+}
+"""Scheme to module for the providers hx ships; a module registers its class when imported."""
 
 
 def register_provider(cls: type[Provider]) -> type[Provider]:
@@ -112,7 +121,10 @@ def make_provider(spec: str, *, log: EventLog | None = None, options: Mapping[st
     if not sep:
         raise ProviderError("other", f"model spec {spec!r} needs a scheme, e.g. 'anthropic:claude-sonnet-4-6'")
     cls = _PROVIDERS.get(scheme)
+    if cls is None and scheme in BUILTIN_PROVIDERS:
+        importlib.import_module(BUILTIN_PROVIDERS[scheme])  # registers the class on import
+        cls = _PROVIDERS.get(scheme)
     if cls is None:
         raise ProviderError("other", f"unknown model provider {scheme!r} in {spec!r}; known: "
-                                     f"{', '.join(sorted(_PROVIDERS)) or 'none'}")
+                                     f"{', '.join(sorted({*_PROVIDERS, *BUILTIN_PROVIDERS}))}")
     return cls(model, log=log, options=options)
