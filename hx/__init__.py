@@ -4,6 +4,7 @@
 >>> agent = ModelConfig(main="random:").agentic(HarnessConfig())
 """
 
+import hx.processors  # noqa: F401 - registers the processor library under its short names
 from hx.harness.config import Attachment, HarnessConfig, Slots
 from hx.harness.errors import CompositionError, ContractViolation, Interrupt
 from hx.harness.processor import NORMAL, POST, PRE, Processor

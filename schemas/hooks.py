@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from schemas.event import Event, Payload
-from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
+from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema, Usage
 
 HookName = Literal[
     "task_start", "step_start", "before_model", "after_model",
@@ -42,11 +42,13 @@ class StepStart(HookPayload, frozen=True, kw_only=True, tag="step_start"):
 
 
 class BeforeModel(HookPayload, frozen=True, kw_only=True, tag="before_model"):
-    """The model is about to be called; processors may change the last user message."""
+    """The model is about to be called; processors may change the last user message and the route."""
 
     step: int
     messages: tuple[Message, ...] = ()
     tools: tuple[ToolSchema, ...] = ()
+    route: str = ""
+    """The model role to call (a ``ModelConfig`` role: ``judge``, or a name under ``roles``); empty is ``main``."""
 
 
 class AfterModel(HookPayload, frozen=True, kw_only=True, tag="after_model"):
@@ -57,6 +59,8 @@ class AfterModel(HookPayload, frozen=True, kw_only=True, tag="after_model"):
     tool_calls: tuple[ToolCall, ...] = ()
     stop_reason: str = ""
     model: str = ""
+    usage: Usage = Usage()
+    """Token counts and cost the provider reported for this call (read-only)."""
 
 
 class BeforeTool(HookPayload, frozen=True, kw_only=True, tag="before_tool"):

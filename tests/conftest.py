@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from streams.server import NatsProcess
 
@@ -25,3 +26,10 @@ def nats_server(tmp_path: Path) -> Iterator[NatsProcess]:
 def nats_url(nats_server: NatsProcess) -> str:
     """The URL of the test's own nats-server."""
     return nats_server.url
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """Undo any logging configuration a test (say, a CLI run) made, so tests do not leak into each other."""
+    yield
+    structlog.reset_defaults()

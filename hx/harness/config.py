@@ -64,14 +64,16 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         return build(self.type, self.params)
 
 
-def _hooks(hook: str | Iterable[str]) -> tuple[HookName, ...]:
+def _hooks(hook: str | Iterable[str], owner: str = "") -> tuple[HookName, ...]:
+    """The hook names in canonical (run) order, so attach order of hooks never changes the digest."""
     names = (hook,) if isinstance(hook, str) else tuple(hook)
+    who = f"processor {owner!r}: " if owner else ""
     for name in names:
         if name not in HOOK_NAMES:
-            raise CompositionError(f"unknown hook {name!r}; hooks are: {', '.join(HOOK_NAMES)}")
+            raise CompositionError(f"{who}unknown hook {name!r}; hooks are: {', '.join(HOOK_NAMES)}")
     if not names:
-        raise CompositionError("attach needs at least one hook")
-    return cast(tuple[HookName, ...], tuple(dict.fromkeys(names)))
+        raise CompositionError(f"{who}attach needs at least one hook")
+    return tuple(h for h in HOOK_NAMES if h in names)
 
 
 def _attachment(hooks: tuple[HookName, ...], processor: Processor) -> Attachment:
@@ -117,7 +119,8 @@ class HarnessConfig:
 
     def attach(self, hook: str | Iterable[str], processor: Processor) -> HarnessConfig:
         """A new config with ``processor`` attached at ``hook`` (or several hooks, one instance)."""
-        return HarnessConfig((*self._attachments, _attachment(_hooks(hook), processor)), self._slots)
+        hooks = _hooks(hook, type(processor).type_name())
+        return HarnessConfig((*self._attachments, _attachment(hooks, processor)), self._slots)
 
     def replace(self, group: str, processor: Processor) -> HarnessConfig:
         """A new config with the processor of ``group`` replaced, at the same hooks."""
@@ -225,10 +228,13 @@ class HarnessConfig:
             slots = msgspec.convert(data.get("slots", {}), Slots)
         except msgspec.ValidationError as exc:
             raise CompositionError(f"{where}: {exc}") from None
-        rebuilt = HarnessConfig(slots=slots)
-        for att in atts:  # rebuilt through attach, so every rule is checked again
-            rebuilt = rebuilt.attach(att.hooks, att.build())
-        return rebuilt.validate()
+        try:
+            rebuilt = HarnessConfig(slots=slots)
+            for att in atts:  # rebuilt through attach, so every rule is checked again
+                rebuilt = rebuilt.attach(att.hooks, att.build())
+            return rebuilt.validate()
+        except CompositionError as exc:
+            raise CompositionError(f"{where}: {exc}") from None
 
     def dumps(self, fmt: Format = "yaml") -> str:
         """Serialise as JSON, YAML or TOML."""

@@ -53,9 +53,9 @@ def _last_user(messages: tuple[Message, ...]) -> int | None:
 
 
 def _before_model(before: HookPayload, after: HookPayload) -> list[str]:
-    """Only the last user message's content may change, or exactly one user message be appended."""
+    """Only the last user message's content may change, or exactly one user message be appended; and the route."""
     assert isinstance(before, BeforeModel) and isinstance(after, BeforeModel)
-    bad = [p for p in changed_paths(before, after) if not _within(p, ("messages",))]
+    bad = [p for p in changed_paths(before, after) if not _within(p, ("messages", "route"))]
     old, new = before.messages, after.messages
     if len(new) == len(old) + 1 and new[:-1] == old:
         if new[-1].role != "user":
@@ -71,7 +71,7 @@ def _before_model(before: HookPayload, after: HookPayload) -> list[str]:
 
 
 CONTRACTS: dict[HookName, Callable[[HookPayload, HookPayload], list[str]]] = {
-    "task_start": _whitelist("system_prompt"),
+    "task_start": _whitelist("system_prompt", "tools"),
     "step_start": _whitelist("messages"),
     "before_model": _before_model,
     "after_model": _whitelist("content", "tool_calls"),
@@ -83,9 +83,9 @@ CONTRACTS: dict[HookName, Callable[[HookPayload, HookPayload], list[str]]] = {
 """Per hook: a function returning the changed paths the hook does not permit."""
 
 PERMITTED: dict[HookName, str] = {
-    "task_start": "system prompt",
+    "task_start": "system prompt and the tools offered",
     "step_start": "structural history edits (messages)",
-    "before_model": "content of the last user message, or one appended user message",
+    "before_model": "content of the last user message, or one appended user message; the model route",
     "after_model": "response content and tool calls",
     "before_tool": "tool input and approval flag",
     "after_tool": "tool result",

@@ -40,7 +40,9 @@ def check_dependencies(attachments: Sequence[Attachment]) -> None:
             return
         if state.get(group) == 1:
             cycle = [*path[path.index(group):], group]
-            raise CompositionError(f"dependency cycle between singleton groups: {' -> '.join(cycle)}")
+            procs = ", ".join(repr(by_group[g].type) for g in cycle[:-1])
+            raise CompositionError(f"processors {procs} form an _after dependency cycle between singleton groups: "
+                                   f"{' -> '.join(cycle)}")
         state[group] = 1
         for dep in by_group[group].cls()._after:
             visit(dep, [*path, group])

@@ -10,9 +10,9 @@ nothing in a body comes from the clock, a random id or dict order.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Protocol
 
 import msgspec
 
@@ -21,6 +21,7 @@ from hx.harness.errors import ContractViolation, Interrupt
 from hx.runtime.pipeline import HookPipeline
 from hx.runtime.providers.base import CallContext, ProviderError
 from hx.runtime.router import ModelRouter, RoleChains
+from hx.runtime.services import AttemptServices, attempt_services
 from hx.runtime.task import Task, Tool
 from hx.runtime.tracer import AttemptTracer, LogWriter, NullWriter, TraceWriter
 from schemas.errors import HxError
@@ -60,8 +61,8 @@ class AttemptResult(msgspec.Struct, frozen=True, kw_only=True):
     final_answer: str = ""
 
 
-class _Budget(Protocol):
-    max_steps: int
+class AttemptExists(HxError):
+    """The attempt's subject already holds events: rerunning it would be deduplicated away."""
 
 
 class RunLoop:
@@ -83,16 +84,27 @@ class RunLoop:
             yield conn.log
 
     async def run(self, task: Task, *, run_id: str, round: int = 0, attempt: int = 0, seed: int = 0,
-                  max_steps: int = 50) -> AttemptResult:
-        """Run one attempt; infrastructure failures are recorded as failed attempts, never dropped."""
+                  max_steps: int = 50, timeout_s: float | None = None) -> AttemptResult:
+        """Run one attempt; infrastructure failures (a timeout included) are recorded, never dropped.
+
+        Raises ``AttemptExists`` when (run, round, task, attempt) already has events on the
+        log: the deterministic message ids would make the server drop the new attempt.
+        """
         async with self._log() as log:
+            subject = trace_subject(run_id, round, task.spec.id, attempt)
+            fresh_log = self.writer is None and log is not None and self.harness.slots.tracer != "none"
+            if fresh_log and log is not None and await log.last_subject_seq(subject) > 0:
+                raise AttemptExists(f"attempt {attempt} of task {task.spec.id!r} in run {run_id!r} round {round} "
+                                    "is already on the log; use another run id or attempt number")
             writer = self.writer or (NullWriter() if log is None or self.harness.slots.tracer == "none"
                                      else LogWriter(log))
             router = ModelRouter(self.models, log=log)
-            tracer = AttemptTracer(writer, trace_subject(run_id, round, task.spec.id, attempt))
+            tracer = AttemptTracer(writer, subject)
             try:
-                return await _Attempt(self.harness, router, tracer, task, run_id, round, attempt, seed,
-                                      max_steps).run()
+                state = _Attempt(self.harness, router, tracer, task, run_id, round, attempt, seed, max_steps,
+                                 timeout_s)
+                with attempt_services(AttemptServices(router, state.call_context, tracer.emit, self.harness.slots)):
+                    return await state.run()
             finally:
                 await router.aclose()
 
@@ -101,18 +113,26 @@ class _Attempt:
     """The state of one attempt while it runs."""
 
     def __init__(self, harness: HarnessConfig, router: ModelRouter, tracer: AttemptTracer, task: Task,
-                 run_id: str, round: int, attempt: int, seed: int, max_steps: int) -> None:
+                 run_id: str, round: int, attempt: int, seed: int, max_steps: int,
+                 timeout_s: float | None = None) -> None:
         self.router = router
         self.tracer = tracer
         self.task = task
         self.ctx = CallContext(run_id=run_id, round=round, task_id=task.spec.id, attempt=attempt, step=0, seed=seed)
         self.max_steps = max_steps
+        self.timeout_s = timeout_s
         self.harness = harness
         procs = harness.instantiate()  # fresh processor instances: no state leaks between attempts
         self.pipes: dict[HookName, HookPipeline] = {h: HookPipeline(h, ps, tracer.emit) for h, ps in procs.items()}
         self.tools: dict[str, Tool] = {}
         self.steps = 0
+        self.answered = False
+        """True once the model stopped calling tools (so a last-step answer is not a spent budget)."""
         self.final_answer = ""
+
+    def call_context(self) -> CallContext:
+        """Where in the run the attempt is now (for model calls processors make)."""
+        return msgspec.structs.replace(self.ctx, step=self.steps)
 
     def _drain_env(self) -> None:
         for event in self.task.drain_events():
@@ -128,8 +148,15 @@ class _Attempt:
         reason = ""
         score = VerifierScore(verifier="none", passed=False)
         try:
-            await self._episode()
-            if self.steps >= self.max_steps and not self.task.done and status == "completed":
+            deadline = asyncio.timeout(self.timeout_s)
+            try:
+                async with deadline:
+                    await self._episode()
+            except TimeoutError:
+                if not deadline.expired():
+                    raise  # a tool's own timeout, not the attempt's
+                raise Interrupt(f"attempt timed out after {self.timeout_s:g}s", status="infra_failure") from None
+            if self.steps >= self.max_steps and not self.answered and not self.task.done:
                 status, reason = "budget_exhausted", f"step budget of {self.max_steps} reached"
             score = await self.task.verify(self.final_answer)
             self.tracer.emit(score)
@@ -148,8 +175,15 @@ class _Attempt:
                 await self.task.close()
         passed = score.passed and status in ("completed", "budget_exhausted")
         end = TaskEnd(task_id=ctx.task_id, passed=passed, score=score.score, steps=self.steps, status=status)
-        with contextlib.suppress(Interrupt, ContractViolation):
-            await self.pipes["task_end"].run(end, 0)  # read-only: observers only, the verdict stands
+        try:
+            await self.pipes["task_end"].run(end, 0)
+        except (Interrupt, ContractViolation) as exc:  # no warn-only mode, even for read-only observers
+            why = exc.reason if isinstance(exc, Interrupt) else str(exc)
+            if status in ("completed", "budget_exhausted"):
+                status, reason = "interrupted", why
+            else:
+                reason = f"{reason}; then at task_end: {why}"
+            passed = False
         self.tracer.emit(AttemptFinished(run_id=ctx.run_id, round=ctx.round, task_id=ctx.task_id,
                                          attempt=ctx.attempt, passed=passed, score=score.score,
                                          steps=self.steps, status=status, reason=reason))
@@ -169,6 +203,8 @@ class _Attempt:
         if not started:
             raise Interrupt("task_start was intercepted: the attempt did not start")
         ts = started[-1]
+        offered = {schema.name for schema in ts.tools}
+        self.tools = {name: tool for name, tool in self.tools.items() if name in offered}  # filtered at task_start
         history: tuple[Message, ...] = ((Message(role="system", content=ts.system_prompt),) if ts.system_prompt
                                         else ()) + (Message(role="user", content=first),)
         tools = ts.tools
@@ -191,11 +227,13 @@ class _Attempt:
                                                                         tools=tools), step)  # type: ignore[arg-type]
             if prepared:
                 request = prepared[-1]
-                spec, completion = await self.router.complete("main", request.messages, request.tools, ctx,
+                role = request.route or "main"
+                ctx = msgspec.structs.replace(ctx, role=role)
+                spec, completion = await self.router.complete(role, request.messages, request.tools, ctx,
                                                               self.tracer.emit)
                 answered = await self.pipes["after_model"].run(AfterModel(
                     step=step, content=completion.content, tool_calls=completion.tool_calls,
-                    stop_reason=completion.stop_reason, model=spec), step)
+                    stop_reason=completion.stop_reason, model=spec, usage=completion.usage), step)
                 calls: tuple[ToolCall, ...] = ()
                 for resp in answered:
                     history += (Message(role="assistant", content=resp.content, tool_calls=resp.tool_calls),)
@@ -203,7 +241,7 @@ class _Attempt:
                     if resp.content:
                         self.final_answer = resp.content
                 if not calls:
-                    stop = True  # the model stopped calling tools: it has answered
+                    stop = self.answered = True  # the model stopped calling tools: it has answered
                 for call in calls:
                     history += await self._tool(step, call)
         ended = StepEnd(step=step, messages=history, done=stop or self.task.done)

@@ -71,7 +71,8 @@ class Agent:
         self.log = log
 
     async def run(self, task: Task, *, run_id: str = "adhoc", round: int = 0, attempt: int = 0,
-                  seed: int = 0, max_steps: int = 50) -> AttemptResult:
+                  seed: int = 0, max_steps: int = 50, timeout_s: float | None = None) -> AttemptResult:
         """Run one attempt at ``task``; every event goes to the log (opened on demand if none was given)."""
         loop = RunLoop(self.models, self.harness, log=self.log)
-        return await loop.run(task, run_id=run_id, round=round, attempt=attempt, seed=seed, max_steps=max_steps)
+        return await loop.run(task, run_id=run_id, round=round, attempt=attempt, seed=seed, max_steps=max_steps,
+                              timeout_s=timeout_s)

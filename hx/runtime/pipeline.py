@@ -3,8 +3,9 @@
 The chain is a plain loop (as in structlog): each processor consumes every event the
 previous one yielded. A processor's outcome is read off what it yielded: the same
 event (pass-through), a changed one (transform), several (split), none (intercept);
-an ``Interrupt`` it raises ends the attempt. The contract is checked against a private
-copy of the input, so a processor that mutates its input in place is caught too.
+an ``Interrupt`` it raises ends the attempt. Each processor works on a private copy of
+its input, checked against the original afterwards, so a processor that mutates its
+input in place is caught and cannot alter what is already on its way to the log.
 """
 
 from __future__ import annotations
@@ -60,26 +61,34 @@ class HookPipeline:
 
     async def _call(self, proc: Processor, event: HookPayload, step: int) -> list[HookPayload]:
         name = type(proc).type_name()
-        reference = self._copy.decode(self._encode(event))
+        # The processor gets a private copy: ``event`` may already sit in a logged record (the emitted
+        # HookRecord, a ModelResponse sharing its tool calls), which an in-place edit must not corrupt.
+        given = self._copy.decode(self._encode(event))
         produced: list[HookPayload] = []
         try:
-            async for item in proc.process(event):
+            async for item in proc.process(given):
                 produced.append(item)
         except Interrupt as exc:
             self._trigger(proc, step, "interrupted", outputs=len(produced), reason=exc.reason)
             raise
-        except ContractViolation:
+        except ContractViolation as exc:
+            self._trigger(proc, step, "interrupted", outputs=len(produced), reason=str(exc))
             raise
         except Exception as exc:
             reason = f"processor {name!r} raised {type(exc).__name__}: {exc}"
             self._trigger(proc, step, "interrupted", outputs=len(produced), reason=reason)
             raise ProcessorFailed(reason) from exc
-        if event != reference:
-            raise ContractViolation(name, self.hook, changed_paths(reference, event)[0] if changed_paths(
-                reference, event) else "<event>", "mutated its input event in place")
         fields: list[str] = []
-        for item in produced:
-            fields += check_contract(name, self.hook, reference, item)
+        try:
+            if given != event:
+                mutated = changed_paths(event, given)
+                raise ContractViolation(name, self.hook, mutated[0] if mutated else "<event>",
+                                        "mutated its input event in place")
+            for item in produced:
+                fields += check_contract(name, self.hook, event, item)
+        except ContractViolation as exc:
+            self._trigger(proc, step, "interrupted", outputs=len(produced), reason=str(exc))
+            raise
         if not produced:
             self._trigger(proc, step, "intercepted", outputs=0)
         elif len(produced) > 1:

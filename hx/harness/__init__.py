@@ -1,0 +1,1 @@
+"""Harness composition: processors, the HarnessConfig value, ordering and hook contracts."""

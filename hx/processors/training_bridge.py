@@ -1,0 +1,185 @@
+"""D9 training bridge: turn logged attempts into RL records for cross-harness GRPO.
+
+The learner trains on what the model actually saw and produced, with the behaviour
+log-probabilities recorded when it produced it, and on the verifier's reward. All of
+that is on the log, and only there: hook events do not carry log-probabilities. So the
+bridge is a pure function over an attempt's log records, the same records the
+replay-buffer projection folds:
+
+- the prompt of each main-model turn is the ``ModelRequest`` that was sent (after every
+  before_model processor), with its tools and sampling parameters;
+- the completion and its log-probabilities are the ``ModelResponse`` that answered it;
+- ``on_policy`` says whether the trajectory went on with exactly that completion: an
+  after_model processor (a self-check, a judge, a tool filter) may have changed it,
+  and then the tokens the history shows are not the tokens the log-probabilities
+  belong to. The learner decides whether to drop such turns;
+- the reward comes from the ``VerifierScore`` and the attempt's ``AttemptFinished``
+  (an interrupted attempt has no verifier score: reward 0, not passed).
+
+``group_advantages`` then computes the paper's group-relative advantage: trajectories
+are grouped by task across harness versions, and each turn of a trajectory gets
+``(r - mean) / (std + eps)`` of its group.
+
+>>> group_advantages([])
+[]
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import msgspec
+
+from schemas.envelope import Record
+from schemas.hooks import AfterModel, HookRecord
+from schemas.lifecycle import AttemptFinished, AttemptStarted
+from schemas.messages import Message, TokenLogprob, ToolSchema
+from schemas.model import ModelRequest, ModelResponse
+from schemas.tools import VerifierScore
+
+RewardField = Literal["score", "reward", "passed"]
+
+
+class RLRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One model turn of one attempt, with the attempt's reward: a GRPO training sample."""
+
+    group: str
+    """The GRPO group key: the task id (cross-harness grouping)."""
+    run_id: str = ""
+    round: int = 0
+    task_id: str
+    attempt: int = 0
+    harness_digest: str = ""
+    """The harness version that built the prompt."""
+    turn: int
+    """Position of this model call among the attempt's turns, from 0."""
+    step: int
+    model: str = ""
+    """The model spec that answered."""
+    model_version: str = ""
+    """The exact checkpoint or snapshot: the behaviour policy of ``logprobs``."""
+    prompt: tuple[Message, ...] = ()
+    tools: tuple[ToolSchema, ...] = ()
+    params: dict[str, Any] = {}
+    """Sampling parameters of the call (temperature matters for re-scoring)."""
+    completion: Message
+    """What the model produced, as an assistant message."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """Behaviour log-probabilities of the completion's tokens (or choices), when the provider gave them."""
+    on_policy: bool | None = None
+    """True when the trajectory continued with exactly this completion; None when unknown."""
+    reward: float = 0.0
+    passed: bool = False
+    status: str = "completed"
+    advantage: float = 0.0
+    """Group-relative advantage, set by ``group_advantages``."""
+    source: Literal["log", "hooks"] = "log"
+    """Built from the log (complete) or from hook events (``rl_records``: no log-probabilities)."""
+
+
+class _Attempt:
+    """What the bridge gathers about one attempt while walking its records."""
+
+    def __init__(self) -> None:
+        self.started: AttemptStarted | None = None
+        self.finished: AttemptFinished | None = None
+        self.score: VerifierScore | None = None
+        self.requests: dict[tuple[int, int], ModelRequest] = {}
+        self.turns: list[tuple[ModelRequest | None, ModelResponse]] = []
+        self.after_model: dict[int, list[AfterModel]] = defaultdict(list)
+
+
+def _reward(score: VerifierScore | None, field: RewardField) -> float:
+    if score is None:
+        return 0.0
+    if field == "passed":
+        return 1.0 if score.passed else 0.0
+    return float(score.reward if field == "reward" else score.score)
+
+
+def attempt_to_rl_records(records: Iterable[Record], *, reward: RewardField = "score",
+                          roles: tuple[str, ...] = ("main",), complete_only: bool = True) -> list[RLRecord]:
+    """The RL records of every attempt among ``records`` (one per model turn), in log order.
+
+    Records of several attempts may be mixed; they are told apart by subject. With
+    ``complete_only`` an attempt without ``AttemptFinished`` (still running, cut off)
+    gives nothing. ``roles`` are the model roles whose turns are samples: ``main``, plus
+    any role a D1 router sends turns to when the trained policy serves it.
+    """
+    attempts: dict[str, _Attempt] = {}
+    for rec in records:
+        a = attempts.setdefault(rec.subject, _Attempt())
+        ev = rec.event
+        if isinstance(ev, AttemptStarted):
+            attempts[rec.subject] = a = _Attempt()  # a re-run on the same subject starts over
+            a.started = ev
+        elif isinstance(ev, ModelRequest) and ev.role in roles:
+            a.requests[(ev.step, ev.try_index)] = ev
+        elif isinstance(ev, ModelResponse) and ev.role in roles:
+            a.turns.append((a.requests.get((ev.step, ev.try_index)), ev))
+        elif isinstance(ev, HookRecord) and ev.stage == "returned" and isinstance(ev.event, AfterModel):
+            a.after_model[ev.step].append(ev.event)
+        elif isinstance(ev, VerifierScore):
+            a.score = ev
+        elif isinstance(ev, AttemptFinished):
+            a.finished = ev
+    out: list[RLRecord] = []
+    for a in attempts.values():
+        if a.started is None or (complete_only and a.finished is None):
+            continue
+        out += _records(a, reward)
+    return out
+
+
+def _records(a: _Attempt, reward_field: RewardField) -> list[RLRecord]:
+    assert a.started is not None
+    st, fin = a.started, a.finished
+    passed = fin.passed if fin is not None else False
+    value = _reward(a.score, reward_field) if fin is None or fin.status in ("completed", "budget_exhausted") else 0.0
+    out = []
+    for turn, (req, resp) in enumerate(a.turns):
+        returned = a.after_model.get(resp.step, [])
+        on_policy = (len(returned) == 1 and returned[0].content == resp.content
+                     and returned[0].tool_calls == resp.tool_calls)
+        out.append(RLRecord(
+            group=st.task_id, run_id=st.run_id, round=st.round, task_id=st.task_id, attempt=st.attempt,
+            harness_digest=st.harness_digest, turn=turn, step=resp.step, model=resp.model,
+            model_version=resp.model_version,
+            prompt=req.messages if req is not None else (), tools=req.tools if req is not None else (),
+            params=dict(req.params) if req is not None else {},
+            completion=Message(role="assistant", content=resp.content, tool_calls=resp.tool_calls),
+            logprobs=resp.logprobs, on_policy=on_policy, reward=value, passed=passed,
+            status=fin.status if fin is not None else "completed"))
+    return out
+
+
+def trajectory_key(record: RLRecord) -> tuple[str, int, str, int, str]:
+    """Which trajectory a record belongs to."""
+    return (record.run_id, record.round, record.task_id, record.attempt, record.harness_digest)
+
+
+def group_advantages(records: Iterable[RLRecord], *, eps: float = 1e-6) -> list[RLRecord]:
+    """``records`` with ``advantage`` set: each trajectory's reward standardised within its group.
+
+    Every trajectory counts once in its group's mean and standard deviation, however
+    many turns it has; a group of one trajectory (or of equal rewards) gets advantage 0.
+    """
+    records = list(records)
+    rewards: dict[str, dict[tuple[str, int, str, int, str], float]] = defaultdict(dict)
+    for r in records:
+        rewards[r.group][trajectory_key(r)] = r.reward
+    stats: dict[str, tuple[float, float]] = {}
+    for group, by_traj in rewards.items():
+        values = list(by_traj.values())
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        stats[group] = (mean, std)
+    out = []
+    for r in records:
+        mean, std = stats[r.group]
+        advantage = 0.0 if std == 0.0 else (r.reward - mean) / (std + eps)
+        out.append(msgspec.structs.replace(r, advantage=advantage))
+    return out
