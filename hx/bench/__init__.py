@@ -1,0 +1,1 @@
+"""Benchmarks: task ids, adapters (TextWorldExpress, ScienceWorld, GAIA-style QA) and rollouts."""
