@@ -591,3 +591,28 @@ async def test_a_tool_filtered_at_task_start_cannot_be_called(nats_url: str) -> 
     assert returned.result.is_error and "unknown tool 'add'" in returned.result.output
     assert of_type(events, ModelRequest)[0].tools == ()
     assert result.passed  # the scripted model still answers 5
+
+
+class Counter(Tool):
+    """A tool whose schema enumerates the only valid next number, like a text game's action list."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    @property  # type: ignore[override]
+    def schema(self) -> ToolSchema:
+        return ToolSchema(name="next", input_schema={"type": "object", "properties": {
+            "n": {"type": "integer", "enum": [self.value + 1]}}})
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        self.value = int(call.input["n"])
+        return ToolResult(call_id=call.id, name=call.name, output=str(self.value))
+
+
+async def test_each_step_offers_the_tools_as_the_task_states_them_now(nats_url: str) -> None:
+    counter = Counter()
+    task = CalcTask(tools=[counter])
+    script = [{"tool_calls": [{"id": f"c{i}", "name": "next", "input": {"n": i}}]} for i in (1, 2)]
+    result, events = await run(nats_url, HarnessConfig(), task, model_config=models([*script, {"content": "5"}]))
+    offered = [r.tools[0].input_schema["properties"]["n"]["enum"] for r in of_type(events, ModelRequest)]
+    assert offered == [[1], [2], [3]] and result.passed

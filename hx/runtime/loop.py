@@ -37,7 +37,7 @@ from schemas.hooks import (
     TaskStart,
 )
 from schemas.lifecycle import AttemptFinished, AttemptStarted, AttemptStatus
-from schemas.messages import Message, ToolCall, ToolResult
+from schemas.messages import Message, ToolCall, ToolResult, ToolSchema
 from schemas.tools import ToolInvoked, ToolReturned, VerifierScore
 from streams.connection import connect
 from streams.log import EventLog
@@ -197,8 +197,8 @@ class _Attempt:
         self.tools = {t.schema.name: t for t in task.tools()}
         first = await task.reset()
         self._drain_env()
-        start = TaskStart(task=task.spec, system_prompt=task.system_prompt,
-                          tools=tuple(t.schema for t in self.tools.values()))
+        at_start = {name: tool.schema for name, tool in self.tools.items()}
+        start = TaskStart(task=task.spec, system_prompt=task.system_prompt, tools=tuple(at_start.values()))
         started = await self.pipes["task_start"].run(start, 0)
         if not started:
             raise Interrupt("task_start was intercepted: the attempt did not start")
@@ -207,24 +207,36 @@ class _Attempt:
         self.tools = {name: tool for name, tool in self.tools.items() if name in offered}  # filtered at task_start
         history: tuple[Message, ...] = ((Message(role="system", content=ts.system_prompt),) if ts.system_prompt
                                         else ()) + (Message(role="user", content=first),)
-        tools = ts.tools
         while self.steps < self.max_steps and not task.done:
             self.steps += 1
             step = self.steps
-            history, stop = await self._step(step, history, tools)
+            history, stop = await self._step(step, history, self._offered(ts.tools, at_start))
             await self.tracer.flush()
             if stop:
                 break
 
+    def _offered(self, offered: tuple[ToolSchema, ...], at_start: dict[str, ToolSchema]) -> tuple[ToolSchema, ...]:
+        """The tools of this step: as task_start offered them, except where the task's own schema moved on.
+
+        A text game's ``act`` tool enumerates the actions valid now, so its schema changes
+        every step; a schema the task did not change keeps any edit task_start made to it.
+        """
+        out = []
+        for schema in offered:
+            tool = self.tools.get(schema.name)
+            current = tool.schema if tool is not None else schema
+            out.append(current if current != at_start.get(schema.name, current) else schema)
+        return tuple(out)
+
     async def _step(self, step: int, history: tuple[Message, ...],
-                    tools: tuple[object, ...]) -> tuple[tuple[Message, ...], bool]:
+                    tools: tuple[ToolSchema, ...]) -> tuple[tuple[Message, ...], bool]:
         ctx = msgspec.structs.replace(self.ctx, step=step)
         started = await self.pipes["step_start"].run(StepStart(step=step, messages=history), step)
         stop = False
         if started:
             history = started[-1].messages
             prepared = await self.pipes["before_model"].run(BeforeModel(step=step, messages=history,
-                                                                        tools=tools), step)  # type: ignore[arg-type]
+                                                                        tools=tools), step)
             if prepared:
                 request = prepared[-1]
                 role = request.route or "main"
