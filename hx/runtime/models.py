@@ -9,6 +9,7 @@ no other model of the chain is assumed to be larger. Every try is an event.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import msgspec
@@ -70,9 +71,13 @@ class Agent:
         self.harness = harness
         self.log = log
 
-    async def run(self, task: Task, *, run_id: str = "adhoc", round: int = 0, attempt: int = 0,
+    async def run(self, task: Task, *, run_id: str | None = None, round: int = 0, attempt: int = 0,
                   seed: int = 0, max_steps: int = 50, timeout_s: float | None = None) -> AttemptResult:
-        """Run one attempt at ``task``; every event goes to the log (opened on demand if none was given)."""
+        """Run one attempt at ``task``; every event goes to the log (opened on demand if none was given).
+
+        Without a ``run_id`` the attempt gets a run of its own (``adhoc-<random>``): a run id
+        names a run, and reusing one for a new attempt is refused (``AttemptExists``).
+        """
         loop = RunLoop(self.models, self.harness, log=self.log)
-        return await loop.run(task, run_id=run_id, round=round, attempt=attempt, seed=seed, max_steps=max_steps,
-                              timeout_s=timeout_s)
+        return await loop.run(task, run_id=run_id or f"adhoc-{uuid.uuid4().hex[:12]}", round=round,
+                              attempt=attempt, seed=seed, max_steps=max_steps, timeout_s=timeout_s)
