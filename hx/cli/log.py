@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, TypeVar
 
@@ -101,7 +102,7 @@ def dump(app: App, stream: str, subjects: tuple[str, ...], types: tuple[str, ...
 
     One object per event: seq, index (in its frame), subject, type, version, time (ISO UTC), event.
     """
-    run(_dump(app, stream, subjects, types, start, stop, click.get_binary_stream("stdout")))
+    run(_dump(app, stream, subjects, types, start, stop, sys.stdout.buffer))
 
 
 async def _dump(app: App, stream: str, subjects: Sequence[str], types: Sequence[str], start: int,
@@ -147,7 +148,7 @@ async def last_records(log: EventLog, stream: str, count: int, subjects: Sequenc
 
 async def _tail(app: App, stream: str, subjects: Sequence[str], types: Sequence[str], count: int,
                 follow: bool, as_json: bool) -> None:
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
 
     def emit(record: Record) -> None:
         out.write(json_line(record) if as_json else (human_line(record) + "\n").encode())
