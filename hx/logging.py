@@ -74,3 +74,5 @@ def configure_logging(json: bool = False, level: int | str = logging.INFO, strea
     # nats-py logs every failed (re)connect with a traceback; hx reports those failures as
     # its own errors, so the client's log is only shown when debugging.
     logging.getLogger("nats").setLevel(lvl if lvl <= logging.DEBUG else logging.CRITICAL)
+    # py4j (the TextWorldExpress and ScienceWorld gateways) announces every callback server at INFO.
+    logging.getLogger("py4j").setLevel(lvl if lvl <= logging.DEBUG else logging.WARNING)

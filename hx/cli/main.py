@@ -21,6 +21,7 @@ from hx.cli._app import EXIT_TERMINATED, App, Terminated
 from hx.cli.demo import demo
 from hx.cli.log import log_group
 from hx.cli.projections import projections_group
+from hx.cli.run import run_command
 from hx.cli.server import server
 from hx.logging import configure_logging
 from schemas.errors import HxError
@@ -83,6 +84,7 @@ cli.add_command(server)
 cli.add_command(log_group)
 cli.add_command(projections_group)
 cli.add_command(demo)
+cli.add_command(run_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,22 +1,38 @@
 """The tracer: an attempt's events, numbered by position and written to the log in frames.
 
-Events are buffered and flushed at the end of every step (and of the attempt) as
-frames on the attempt's subject. Each frame's message id is ``<subject>#<first>+<n>``,
-the positions of its events in the attempt, so a retried flush is stored once and a
-replayed attempt produces the same ids.
+Events are encoded once, when the loop flushes at the end of a step, and buffered. The
+buffer goes out as frames on the attempt's subject once it holds ``FRAME_TARGET_BYTES``
+or its oldest event has waited ``LINGER_S`` (so a slow agent's steps are on the log as
+they end, while a fast one's are batched), and always at the end of the attempt. Each
+frame's message id is ``<subject>#<first>+<n>``, the positions of its events in the
+attempt, so a retried write is stored once.
+
+``LogWriter`` does not wait for a frame's ack before the attempt goes on: it sends the
+frame and waits for that ack only before sending the next frame of the attempt (so
+frames stay in order: a lost one is sent again before any later one), and for all of
+them when the attempt ends (a flush that writes ``AttemptFinished``, the last event).
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from schemas.envelope import encode_body
 from schemas.event import Event
-from streams.log import EventLog
+from schemas.lifecycle import AttemptFinished
+from streams.log import EncodedEvent, EventLog, PendingAppend
 
 MAX_FRAME_BYTES = 512 * 1024
 """Stay well under NATS's default 1 MiB payload limit."""
+FRAME_TARGET_BYTES = 256 * 1024
+"""A step-end flush writes once this much is buffered (fewer, larger messages: the client's per-message
+cost dominates)."""
+LINGER_S = 0.05
+"""... or once the oldest buffered event is this old, so a live reader sees a slow agent's steps as they end."""
+_OVERHEAD = 32
+"""Bytes a frame adds per event (type name, version, array headers), for sizing."""
 
 
 class TraceWriter(ABC):
@@ -26,16 +42,40 @@ class TraceWriter(ABC):
     async def write(self, subject: str, events: Sequence[Event], key: str) -> None:
         """Store one frame of events atomically under an idempotency key."""
 
+    async def write_encoded(self, subject: str, events: Sequence[Event], bodies: Sequence[EncodedEvent],
+                            key: str) -> None:
+        """Store one frame whose events are already encoded (``bodies``); by default, ``write``."""
+        await self.write(subject, events, key)
+
+    async def settle(self) -> None:  # noqa: B027 - optional: only writers that pipeline need it
+        """Wait until every frame written so far is stored (raise if one cannot be)."""
+
 
 class LogWriter(TraceWriter):
-    """Frames onto the event log."""
+    """Frames onto the event log, pipelined: one frame per attempt subject in flight, in order."""
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
+        self._pending: dict[str, PendingAppend] = {}
 
     async def write(self, subject: str, events: Sequence[Event], key: str) -> None:
-        """Append the frame and wait for its ack."""
-        await self.log.append_frame(subject, events, key=key)
+        """Send the frame once the subject's previous frame is acknowledged."""
+        await self.write_encoded(subject, events, [(type(e).TYPE, type(e).VERSION, encode_body(e)) for e in events],
+                                 key)
+
+    async def write_encoded(self, subject: str, events: Sequence[Event], bodies: Sequence[EncodedEvent],
+                            key: str) -> None:
+        """Send the pre-encoded frame once the subject's previous frame is acknowledged."""
+        previous = self._pending.pop(subject, None)
+        if previous is not None:
+            await previous.result()
+        self._pending[subject] = await self.log.send_frame(subject, bodies, key=key)
+
+    async def settle(self) -> None:
+        """Wait for the ack of every frame in flight (a lost one is sent again, same id)."""
+        pending, self._pending = self._pending, {}
+        for append in pending.values():
+            await append.result()
 
 
 class NullWriter(TraceWriter):
@@ -46,7 +86,7 @@ class NullWriter(TraceWriter):
 
 
 class AttemptTracer:
-    """Numbers one attempt's events and flushes them in frames."""
+    """Numbers one attempt's events, encodes each once, and flushes them in frames."""
 
     def __init__(self, writer: TraceWriter, subject: str) -> None:
         self.writer = writer
@@ -54,28 +94,55 @@ class AttemptTracer:
         self.count = 0
         """Events emitted so far (the next event's position)."""
         self._buffer: list[Event] = []
+        self._bodies: list[EncodedEvent] = []
+        self._bytes = 0
+        self._since = 0.0
+        """When the oldest event in the buffer was encoded (monotonic seconds)."""
         self._flushed = 0
 
     def emit(self, event: Event) -> None:
-        """Record one event (written at the next flush)."""
+        """Record one event (written at a later flush)."""
         self._buffer.append(event)
         self.count += 1
 
-    async def flush(self) -> None:
-        """Write buffered events as frames no larger than ``MAX_FRAME_BYTES``."""
-        buffer, self._buffer = self._buffer, []
-        chunk: list[Event] = []
-        size = 0
-        for event in buffer:
-            n = len(encode_body(event)) + 32
-            if chunk and size + n > MAX_FRAME_BYTES:
-                await self._write(chunk)
-                chunk, size = [], 0
-            chunk.append(event)
-            size += n
-        if chunk:
-            await self._write(chunk)
+    def _encode(self) -> None:
+        bodies = self._bodies
+        for event in self._buffer[len(bodies):]:
+            cls = type(event)
+            body = encode_body(event)
+            bodies.append((cls.TYPE, cls.VERSION, body))
+            self._bytes += len(body) + _OVERHEAD
 
-    async def _write(self, events: list[Event]) -> None:
-        await self.writer.write(self.subject, events, f"{self.subject}#{self._flushed}+{len(events)}")
+    async def flush(self) -> None:
+        """End of a step: encode what was emitted; write it if enough is buffered, or the attempt ended.
+
+        A flush whose last event is ``AttemptFinished`` writes everything and waits until it is stored.
+        """
+        if not self._buffer:
+            return
+        if not self._bodies:
+            self._since = time.monotonic()
+        self._encode()
+        final = isinstance(self._buffer[-1], AttemptFinished)
+        if final or self._bytes >= FRAME_TARGET_BYTES or time.monotonic() - self._since >= LINGER_S:
+            await self._write_all()
+        if final:
+            await self.writer.settle()
+
+    async def _write_all(self) -> None:
+        events, bodies = self._buffer, self._bodies
+        self._buffer, self._bodies, self._bytes = [], [], 0
+        start = size = 0
+        for i, (_, _, body) in enumerate(bodies):
+            n = len(body) + _OVERHEAD
+            if i > start and size + n > MAX_FRAME_BYTES:
+                await self._write(events[start:i], bodies[start:i])
+                start, size = i, 0
+            size += n
+        if start < len(bodies):
+            await self._write(events[start:], bodies[start:])
+
+    async def _write(self, events: list[Event], bodies: list[EncodedEvent]) -> None:
+        await self.writer.write_encoded(self.subject, events, bodies,
+                                        f"{self.subject}#{self._flushed}+{len(events)}")
         self._flushed += len(events)

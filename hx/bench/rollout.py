@@ -1,0 +1,499 @@
+"""Rollouts: a harness on a task set, k attempts per task at a given concurrency, every attempt on the log.
+
+A round writes ``RoundStarted`` (harness digest, task ids, attempts, split role), runs
+each attempt through the run loop on ``hx.trace.<run>.<round>.<task>.<attempt>`` with a
+fresh task from the benchmark, then ``RoundFinished``; a run brackets its rounds with
+``RunStarted`` (its settings, secrets excluded) and ``RunFinished``. The round's report
+is folded back from the log through the ``TaskHistory`` projection and cross-checked
+against the attempts' own results, so the numbers printed are the log's numbers.
+
+Splits are kept apart. Every round is tagged with a role, ``adaptation`` or ``heldout``
+(``RoundStarted.split``). Evolution (AEGIS) reads task history only through
+``adaptation_history``, which reads nothing but adaptation rounds and never returns a
+task that any held-out round of the run evaluated; a held-out split is run only through
+``evaluate_heldout``, which hands back aggregate scores and no per-task detail.
+
+>>> Splits(adaptation=("twx:coin:dev:0",), heldout=("twx:coin:test:0",)).role_of("twx:coin:test:0")
+'heldout'
+>>> attempt_seed(0, "twx:coin:dev:0", 1) == attempt_seed(0, "twx:coin:dev:0", 1) != attempt_seed(0, "twx:coin:dev:0", 0)
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+from hx.bench.registry import Benchmark, BenchmarkError, TaskId
+from hx.bench.results import AttemptOutcome, RolloutReport, Summary, summarise
+from hx.harness.config import HarnessConfig
+from hx.runtime.loop import AttemptResult, RunLoop
+from hx.runtime.models import ModelConfig
+from hx.runtime.task import Task, Tool
+from hx.runtime.tracer import TraceWriter
+from projections.runner import ProjectionRunner
+from projections.task_history import TaskHistory, TaskRound
+from schemas.errors import HxError
+from schemas.event import Event
+from schemas.lifecycle import AttemptFinished, RoundFinished, RoundStarted, RunFinished, RunStarted
+from schemas.messages import TaskSpec
+from schemas.tools import VerifierScore
+from streams.config import redact_url
+from streams.log import EventLog
+from streams.topology import NO_TOKEN, TRACE, subject_token, trace_filter, trace_subject
+
+SplitRole = Literal["adaptation", "heldout"]
+ROLES: tuple[SplitRole, ...] = ("adaptation", "heldout")
+Progress = Callable[[AttemptResult], None]
+"""Called once per finished attempt, in completion order."""
+
+
+class RolloutError(HxError):
+    """A rollout cannot run as asked."""
+
+
+class SplitViolation(RolloutError):
+    """Adaptation and held-out task ids overlap, or a round mixes them."""
+
+
+class RunExists(RolloutError):
+    """The run or round already has events on the log (its message ids would be deduplicated away)."""
+
+
+class ReportMismatch(RolloutError):
+    """The verdicts folded from the log disagree with the attempts' own results."""
+
+
+# --- splits ---------------------------------------------------------------------------------
+
+
+def _ids(values: Iterable[TaskId | str], what: str) -> tuple[str, ...]:
+    out = tuple(str(v) for v in values)
+    if len(set(out)) != len(out):
+        dupe = next(t for i, t in enumerate(out) if t in out[:i])
+        raise SplitViolation(f"the {what} split lists task {dupe!r} more than once")
+    return out
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Adaptation and held-out task ids, disjoint by construction.
+
+    Evolution may look at the adaptation split; the held-out split is frozen and only
+    ever evaluated (``evaluate_heldout``). ``heldout_digest`` names the held-out set, so
+    a later run can show it evaluated the very same tasks.
+    """
+
+    adaptation: tuple[str, ...]
+    heldout: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        adaptation = _ids(self.adaptation, "adaptation")
+        heldout = _ids(self.heldout, "held-out")
+        shared = sorted(set(adaptation) & set(heldout))
+        if shared:
+            raise SplitViolation(f"{len(shared)} task id(s) are in both the adaptation and the held-out split, "
+                                 f"e.g. {shared[0]!r}: a held-out task must never be shown to evolution")
+        object.__setattr__(self, "adaptation", adaptation)
+        object.__setattr__(self, "heldout", heldout)
+
+    @classmethod
+    def of(cls, adaptation: Iterable[TaskId | str], heldout: Iterable[TaskId | str] = ()) -> Splits:
+        """Splits from task ids or ``TaskId`` values; raises ``SplitViolation`` on any overlap."""
+        return cls(tuple(str(t) for t in adaptation), tuple(str(t) for t in heldout))
+
+    def role_of(self, task_id: TaskId | str) -> SplitRole | None:
+        """Which split a task belongs to (None: neither)."""
+        text = str(task_id)
+        if text in self.heldout:
+            return "heldout"
+        return "adaptation" if text in self.adaptation else None
+
+    def check(self, task_ids: Iterable[str], role: SplitRole) -> None:
+        """Refuse a round of ``role`` over any task outside that role's split."""
+        allowed = set(self.adaptation if role == "adaptation" else self.heldout)
+        stray = [t for t in task_ids if t not in allowed]
+        if stray:
+            where = self.role_of(stray[0]) or "no split"
+            raise SplitViolation(f"a {role} round may only run {role} tasks; {len(stray)} are not, "
+                                 f"e.g. {stray[0]!r} ({where})")
+
+    @property
+    def heldout_digest(self) -> str:
+        """sha256 over the sorted held-out task ids."""
+        return "sha256:" + hashlib.sha256("\n".join(sorted(self.heldout)).encode()).hexdigest()
+
+
+# --- settings and seeds ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How a round runs its attempts."""
+
+    attempts: int = 2
+    """Attempts per task (k of pass@k is at most this)."""
+    concurrency: int = 4
+    """Attempts in flight at once."""
+    max_steps: int = 100
+    """The step cap of every attempt."""
+    seed: int = 0
+    """The run seed; each attempt's agent seed derives from it (``attempt_seed``)."""
+    timeout_s: float | None = None
+    """Wall-clock limit of one attempt (an infrastructure failure when exceeded)."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.concurrency < 1 or self.max_steps < 1:
+            raise RolloutError("attempts, concurrency and max_steps must each be at least 1")
+
+
+def attempt_seed(seed: int, task_id: str, attempt: int) -> int:
+    """The agent seed of one attempt: stable across runs, different across attempts and tasks.
+
+    The episode itself is seeded by the task id; this seeds the agent (``random:`` draws
+    from it), so attempts of a task explore differently yet replay the same in any run.
+    """
+    digest = hashlib.sha256(f"{seed}\x1f{task_id}\x1f{attempt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+_SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|key|secret|password|passwd|token|auth|authorization|"
+                         r"credentials?|cookie)$", re.I)
+
+
+def public(value: Any) -> Any:
+    """``value`` with secret-looking keys masked and credentials removed from URLs (for ``RunStarted``)."""
+    if isinstance(value, Mapping):
+        return {str(k): "***" if _SECRET_KEY.search(str(k)) else public(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [public(v) for v in value]
+    if isinstance(value, str) and "://" in value and "@" in value:
+        return redact_url(value)
+    return value
+
+
+# --- a task that could not be built ---------------------------------------------------------
+
+
+class _UnbuiltTask(Task):
+    """Stands in for a task the benchmark failed to build, so the failure is an attempt on the log."""
+
+    def __init__(self, task_id: str, error: BaseException) -> None:
+        self.spec = TaskSpec(id=task_id, instruction="")
+        self.error = error
+
+    def tools(self) -> Sequence[Tool]:
+        """None."""
+        return ()
+
+    async def reset(self) -> str:
+        """Raise what building the task raised: the run loop records an infrastructure failure."""
+        raise RolloutError(f"the benchmark could not build task {self.spec.id!r}: "
+                           f"{type(self.error).__name__}: {self.error}")
+
+    async def verify(self, final_answer: str) -> VerifierScore:
+        """Never reached."""
+        return VerifierScore(verifier="none", passed=False)
+
+
+# --- the service ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What a round produced: the report (from the log) and each attempt's own result."""
+
+    report: RolloutReport
+    results: tuple[AttemptResult, ...] = field(default=())
+
+
+def _key(subject: str, event: Event) -> str:
+    return f"{subject}#{type(event).TYPE}"
+
+
+class Rollout:
+    """Runs rounds of attempts of one harness and model on benchmark tasks, everything on the log.
+
+    ``writer`` replaces where attempts' events go (a ``NullWriter`` measures the loop
+    alone); then the report comes from the attempts' results instead of the log.
+    """
+
+    def __init__(self, benchmarks: Benchmark | Iterable[Benchmark], models: ModelConfig, harness: HarnessConfig, *,
+                 log: EventLog, settings: RolloutSettings | None = None, writer: TraceWriter | None = None,
+                 splits: Splits | None = None, harness_source: str = "") -> None:
+        benches = [benchmarks] if isinstance(benchmarks, Benchmark) else list(benchmarks)
+        self.benchmarks: dict[str, Benchmark] = {b.name: b for b in benches}
+        self.models = models
+        self.harness = harness.validate()
+        self.harness_source = harness_source or "inline"
+        self.log = log
+        self.settings = settings or RolloutSettings()
+        self.writer = writer
+        self.splits = splits
+        self.loop = RunLoop(models, self.harness, log=log, writer=writer)
+
+    # --- run brackets -----------------------------------------------------------------------
+
+    def run_config(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The settings ``RunStarted`` records, secrets excluded."""
+        s = self.settings
+        config: dict[str, Any] = {
+            "benchmarks": sorted(self.benchmarks), "model": msgspec.to_builtins(self.models),
+            "harness": self.harness_source, "harness_digest": self.harness.digest, "attempts": s.attempts,
+            "concurrency": s.concurrency, "max_steps": s.max_steps, "seed": s.seed, "timeout_s": s.timeout_s,
+        }
+        if self.splits is not None:
+            config["splits"] = {"adaptation": len(self.splits.adaptation), "heldout": len(self.splits.heldout),
+                                "heldout_digest": self.splits.heldout_digest}
+        config.update(extra or {})
+        result: dict[str, Any] = public(config)
+        return result
+
+    async def start(self, run_id: str, *, kind: str = "rollout", extra: Mapping[str, Any] | None = None) -> None:
+        """Append ``RunStarted``; refuse a run id that is already on the log."""
+        subject = trace_subject(run_id)
+        if await self.log.last_subject_seq(subject) > 0:
+            raise RunExists(f"run {run_id!r} is already on the log; use another run id")
+        event = RunStarted(run_id=run_id, kind=kind, config=self.run_config(extra), seed=self.settings.seed)
+        await self.log.append(subject, event, key=_key(subject, event))
+
+    async def finish(self, run_id: str, *, rounds: int, status: Literal["completed", "failed", "cancelled"] =
+                     "completed", reason: str = "") -> None:
+        """Append ``RunFinished``."""
+        subject = trace_subject(run_id)
+        event = RunFinished(run_id=run_id, status=status, reason=reason, rounds=rounds)
+        await self.log.append(subject, event, key=_key(subject, event))
+
+    # --- a round ----------------------------------------------------------------------------
+
+    def resolve(self, task_ids: Iterable[TaskId | str]) -> list[TaskId]:
+        """Parse task ids and check each names a known benchmark and game."""
+        out: list[TaskId] = []
+        games: dict[str, tuple[str, ...]] = {}
+        for value in task_ids:
+            tid = value if isinstance(value, TaskId) else TaskId.parse(value)
+            bench = self.benchmarks.get(tid.benchmark)
+            if bench is None:
+                raise BenchmarkError(f"task {str(tid)!r}: benchmark {tid.benchmark!r} is not part of this rollout "
+                                     f"({', '.join(sorted(self.benchmarks)) or 'none'})")
+            known = games.get(tid.benchmark)
+            if known is None:
+                known = games[tid.benchmark] = bench.games()
+            if tid.game not in known:
+                raise BenchmarkError(f"task {str(tid)!r}: {tid.benchmark} has no game {tid.game!r}; "
+                                     f"games: {', '.join(known)}")
+            out.append(tid)
+        if len({str(t) for t in out}) != len(out):
+            raise RolloutError("a round lists the same task twice; use more attempts instead")
+        return out
+
+    def make_task(self, tid: TaskId) -> Task:
+        """A fresh task for one attempt; a benchmark that fails to build it yields an attempt that fails."""
+        try:
+            return self.benchmarks[tid.benchmark].make_task(tid)
+        except Exception as exc:  # noqa: BLE001 - recorded on the log as the attempt's infrastructure failure
+            return _UnbuiltTask(str(tid), exc)
+
+    async def run_round(self, run_id: str, round: int, task_ids: Iterable[TaskId | str], *,
+                        role: SplitRole = "adaptation", progress: Progress | None = None) -> RoundOutcome:
+        """Run every task ``settings.attempts`` times; return the report folded from the log."""
+        if role not in ROLES:
+            raise RolloutError(f"split role {role!r} is not one of {', '.join(ROLES)}")
+        tids = self.resolve(task_ids)
+        names = tuple(str(t) for t in tids)
+        if self.splits is not None:
+            self.splits.check(names, role)
+        s = self.settings
+        subject = trace_subject(run_id, round)
+        if await self.log.last_subject_seq(subject) > 0:
+            raise RunExists(f"round {round} of run {run_id!r} is already on the log; use another round or run id")
+        started = RoundStarted(run_id=run_id, round=round, harness_digest=self.harness.digest, task_ids=names,
+                               split=role, attempts_per_task=s.attempts)
+        await self.log.append(subject, started, key=_key(subject, started))
+        began = time.perf_counter()
+        results = await self._attempts(run_id, round, tids, progress)
+        elapsed = time.perf_counter() - began
+        finished = RoundFinished(run_id=run_id, round=round, attempts=len(results),
+                                 passed=sum(r.passed for r in results))
+        await self.log.append(subject, finished, key=_key(subject, finished))
+        fields: dict[str, Any] = {
+            "run_id": run_id, "round": round, "role": role, "model": self.models.main,
+            "harness": self.harness_source, "harness_digest": self.harness.digest, "max_steps": s.max_steps,
+            "seed": s.seed, "concurrency": s.concurrency, "steps": sum(r.steps for r in results),
+            "events": sum(r.events for r in results), "elapsed_s": round_s(elapsed)}
+        mine = [AttemptOutcome(task_id=r.task_id, attempt=r.attempt, passed=r.passed, score=r.score, steps=r.steps,
+                               status=r.status) for r in results]
+        if self.writer is not None:  # the trace went elsewhere: the results are all there is
+            report = summarise(mine, attempts=s.attempts, task_order=names, source="results", **fields)
+            return RoundOutcome(report, tuple(results))
+        logged = await round_outcomes(self.log, run_id, round)
+        cross_check(mine, logged)
+        report = summarise(logged, attempts=s.attempts, task_order=names, source="log", **fields)
+        return RoundOutcome(report, tuple(results))
+
+    async def _attempts(self, run_id: str, round: int, tids: Sequence[TaskId],
+                        progress: Progress | None) -> list[AttemptResult]:
+        s = self.settings
+        todo = iter([(tid, a) for tid in tids for a in range(s.attempts)])
+        done: dict[tuple[str, int], AttemptResult] = {}
+
+        async def worker() -> None:
+            for tid, attempt in todo:  # one shared iterator: each pair is taken by exactly one worker
+                name = str(tid)
+                result = await self.loop.run(self.make_task(tid), run_id=run_id, round=round, attempt=attempt,
+                                             seed=attempt_seed(s.seed, name, attempt), max_steps=s.max_steps,
+                                             timeout_s=s.timeout_s)
+                done[(name, attempt)] = result
+                if progress is not None:
+                    progress(result)
+
+        workers = [asyncio.create_task(worker()) for _ in range(min(s.concurrency, len(tids) * s.attempts))]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
+        return [done[(str(tid), a)] for tid in tids for a in range(s.attempts)]
+
+    async def rollout(self, run_id: str, task_ids: Iterable[TaskId | str], *, round: int = 0,
+                      role: SplitRole = "adaptation", progress: Progress | None = None, kind: str = "rollout",
+                      extra: Mapping[str, Any] | None = None) -> RoundOutcome:
+        """One run of one round: ``start``, ``run_round``, ``finish`` (a failed or cancelled run says so)."""
+        await self.start(run_id, kind=kind, extra=extra)
+        try:
+            outcome = await self.run_round(run_id, round, task_ids, role=role, progress=progress)
+        except BaseException as exc:
+            status: Literal["failed", "cancelled"] = (
+                "cancelled" if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt) else "failed")
+            with contextlib.suppress(Exception):  # best effort: the log itself may be what failed
+                await asyncio.shield(self.finish(run_id, rounds=0, status=status,
+                                                 reason=f"{type(exc).__name__}: {exc}"))
+            raise
+        await self.finish(run_id, rounds=1)
+        return outcome
+
+
+def round_s(seconds: float) -> float:
+    """Seconds rounded to milliseconds (reports carry no false precision)."""
+    return round(seconds, 3)
+
+
+# --- reading rounds back --------------------------------------------------------------------
+
+
+async def round_outcomes(log: EventLog, run_id: str, round: int) -> list[AttemptOutcome]:
+    """Every attempt verdict of one round, folded from the log through ``TaskHistory``.
+
+    Pass and infrastructure-failure state come from the projection (a repeated verdict
+    replaces the earlier one); scores and steps from the same ``AttemptFinished`` events.
+    """
+    runner: ProjectionRunner[dict[str, TaskRound]] = ProjectionRunner(log, TaskHistory())
+    finished: dict[tuple[str, int], AttemptFinished] = {}
+    async for record in log.read(TRACE.name, subjects=[trace_filter(run_id, round)], types=[AttemptFinished.TYPE]):
+        runner.apply(record)
+        event = record.event
+        if isinstance(event, AttemptFinished):
+            finished[(event.task_id, event.attempt)] = event
+    out: list[AttemptOutcome] = []
+    for tr in TaskHistory.rounds_of(runner.state, run_id, round):
+        for attempt, passed in tr.attempts.items():
+            ev = finished[(tr.task, int(attempt))]
+            out.append(AttemptOutcome(task_id=tr.task, attempt=int(attempt), passed=passed, score=ev.score,
+                                      steps=ev.steps,
+                                      status="infra_failure" if attempt in tr.infra_attempts else ev.status))
+    return out
+
+
+def cross_check(results: Sequence[AttemptOutcome], logged: Sequence[AttemptOutcome]) -> None:
+    """Raise ``ReportMismatch`` unless the log holds exactly the attempts' verdicts."""
+    mine = {(o.task_id, o.attempt): (o.passed, o.infra_failure) for o in results}
+    theirs = {(o.task_id, o.attempt): (o.passed, o.infra_failure) for o in logged}
+    if mine != theirs:
+        missing = sorted(set(mine) - set(theirs))
+        differ = sorted(k for k in set(mine) & set(theirs) if mine[k] != theirs[k])
+        extra = sorted(set(theirs) - set(mine))
+        raise ReportMismatch(f"the log disagrees with the attempts: {len(missing)} missing, {len(differ)} "
+                             f"different, {len(extra)} unexpected verdict(s); first: "
+                             f"{(missing or differ or extra)[0]}")
+
+
+def _round_level_filter(run_id: str) -> str:
+    return f"hx.trace.{subject_token(run_id)}.*.{NO_TOKEN}.{NO_TOKEN}"
+
+
+async def round_roles(log: EventLog, run_id: str) -> dict[int, RoundStarted]:
+    """The ``RoundStarted`` of each round of a run (its role is ``split``)."""
+    rounds: dict[int, RoundStarted] = {}
+    async for record in log.read(TRACE.name, subjects=[_round_level_filter(run_id)], types=[RoundStarted.TYPE]):
+        event = record.event
+        if isinstance(event, RoundStarted) and event.run_id == run_id:
+            rounds.setdefault(event.round, event)
+    return rounds
+
+
+async def adaptation_history(log: EventLog, run_id: str) -> list[TaskRound]:
+    """Task history of a run's adaptation rounds only: what evolution may read.
+
+    Reads only the subjects of rounds tagged ``adaptation``; a task that any held-out
+    round of the run evaluated is left out even if an adaptation round listed it, so
+    nothing that edits the harness ever sees a held-out verdict.
+    """
+    rounds = await round_roles(log, run_id)
+    adaptation = sorted(r for r, ev in rounds.items() if ev.split == "adaptation")
+    heldout = {t for ev in rounds.values() if ev.split == "heldout" for t in ev.task_ids}
+    if not adaptation:
+        return []
+    runner: ProjectionRunner[dict[str, TaskRound]] = ProjectionRunner(log, TaskHistory())
+    subjects = [trace_filter(run_id, r) for r in adaptation]
+    async for record in log.read(TRACE.name, subjects=subjects, types=[AttemptFinished.TYPE]):
+        runner.apply(record)
+    allowed = {r: set(rounds[r].task_ids) for r in adaptation}
+    return sorted((tr for tr in runner.state.values()
+                   if tr.run == run_id and tr.round in allowed and tr.task in allowed[tr.round]
+                   and tr.task not in heldout), key=lambda tr: (tr.round, tr.task))
+
+
+@dataclass(frozen=True)
+class HeldoutScore:
+    """What a held-out evaluation hands back: aggregates only, no per-task verdict."""
+
+    run_id: str
+    round: int
+    heldout_digest: str
+    overall: Summary
+    games: tuple[Summary, ...]
+
+
+async def evaluate_heldout(rollout: Rollout, run_id: str, round: int, splits: Splits, *,
+                           progress: Callable[[int, int], None] | None = None) -> HeldoutScore:
+    """Evaluate the frozen held-out split as a ``heldout`` round; return only aggregate scores.
+
+    Every attempt lands on the log (tagged held-out, so ``adaptation_history`` never reads
+    it); the caller gets pass@k and means per game, never which task passed.
+    """
+    if not splits.heldout:
+        raise SplitViolation("the held-out split is empty: nothing to evaluate")
+    total = len(splits.heldout) * rollout.settings.attempts
+    count = 0
+
+    def tick(_: AttemptResult) -> None:
+        nonlocal count
+        count += 1
+        if progress is not None:
+            progress(count, total)
+
+    checked = Rollout(list(rollout.benchmarks.values()), rollout.models, rollout.harness, log=rollout.log,
+                      settings=rollout.settings, writer=rollout.writer, splits=splits,
+                      harness_source=rollout.harness_source)
+    outcome = await checked.run_round(run_id, round, splits.heldout, role="heldout", progress=tick)
+    return HeldoutScore(run_id, round, splits.heldout_digest, outcome.report.overall, outcome.report.games)
