@@ -25,6 +25,7 @@ from schemas.event import event_types
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.log import EventLog
+from streams.topology import subject_token
 
 T = TypeVar("T")
 EXIT_TERMINATED = 143
@@ -140,3 +141,13 @@ async def follow_records(event_log: EventLog, stream: str, *, start: int, subjec
             # EventLog.subscribe lets nats-py's bare asyncio.TimeoutError out of an idle fetch
             # (it only catches nats.errors.TimeoutError); subscribe again from where it stopped.
             log.debug("subscription timed out while idle; resubscribing", stream=stream, start=next_seq)
+
+
+def check_run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: a run id must be usable as one subject token."""
+    if value is not None:
+        try:
+            subject_token(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value

@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from hx.cli._app import App, pass_app, quarantine_note, run, stdout_console
+from hx.cli._app import App, check_run_id, pass_app, quarantine_note, run, stdout_console
 from hx.cli._demo_round import ROUND, SyntheticRound, synthetic_round
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
@@ -19,19 +19,10 @@ from schemas.lifecycle import RunFinished
 from streams.config import redact_url
 from streams.connection import Connection
 from streams.log import Appended, EventLog
-from streams.topology import TRACE, subject_token, trace_subject
+from streams.topology import TRACE, trace_subject
 
 FRAME_SIZE = 256
 """Events per frame: one attempt fits in one message, well under NATS's 1 MiB payload limit."""
-
-
-def _check_run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            subject_token(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    return value
 
 
 @click.command("demo")
@@ -40,7 +31,7 @@ def _check_run_id(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--attempts", type=click.IntRange(min=1, max=32), default=2, show_default=True,
               help="Attempts per task.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic outcomes.")
-@click.option("--run-id", callback=_check_run_id, help="Run id  [default: a fresh one]. Rerunning one appends nothing.")
+@click.option("--run-id", callback=check_run_id, help="Run id  [default: a fresh one]. Rerunning one appends nothing.")
 @pass_app
 def demo(app: App, events: int, attempts: int, seed: int, run_id: str | None) -> None:
     """Append a synthetic round, rebuild projections, show pass@k.

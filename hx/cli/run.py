@@ -20,25 +20,15 @@ import hx.bench  # noqa: F401 - registers the benchmark adapters (twx, sciworld,
 from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, benchmark
 from hx.bench.results import RolloutReport, results_table, save_report, to_json
 from hx.bench.rollout import ROLES, Rollout, RolloutSettings, SplitRole
-from hx.cli._app import App, pass_app, run, stderr_console, stdout_console
+from hx.cli._app import App, check_run_id, pass_app, run, stderr_console, stdout_console
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
 from streams.config import redact_url
-from streams.topology import subject_token
 
 DEFAULT_BENCH = "twx:coin"
 DEFAULT_TASKS = 50
-
-
-def _check_run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            subject_token(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    return value
 
 
 def new_run_id() -> str:
@@ -104,7 +94,7 @@ def choose_harness(path: Path | None, benches: Sequence[Benchmark]) -> tuple[Har
 @click.option("--seed", type=int, default=0, show_default=True, help="Run seed (agent seeds derive from it).")
 @click.option("--role", type=click.Choice(ROLES), default=None,
               help="Split role recorded on the log  [default: heldout for --split test, else adaptation]")
-@click.option("--run-id", callback=_check_run_id, help="Run id  [default: run-<UTC time>-<random>]")
+@click.option("--run-id", callback=check_run_id, help="Run id  [default: run-<UTC time>-<random>]")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (no table).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where to save the JSON results (a .md table goes beside it)  [default: DATA_DIR/results/RUN.json]")
