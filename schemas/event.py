@@ -19,6 +19,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     TYPE: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
+    READS: ClassVar[tuple[int, ...]] = ()
+    """Older versions whose bodies decode as this one (fields were only added, each with a default)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from schemas.event import Event, Payload
-from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema, Usage
+from schemas.messages import History, Message, TaskSpec, ToolCall, ToolResult, ToolSchema, Usage
 
 HookName = Literal[
     "task_start", "step_start", "before_model", "after_model",
@@ -110,6 +110,9 @@ class HookRecord(Event, frozen=True, kw_only=True):
     """A hook event as the run loop emitted it or as one processor chain returned it."""
 
     TYPE = "hook"
+    VERSION = 2
+    READS = (1,)
+    """Version 1 had no ``history``."""
 
     stage: Literal["emitted", "returned"]
     step: int
@@ -117,6 +120,9 @@ class HookRecord(Event, frozen=True, kw_only=True):
     index: int = 0
     """Position among the events a split returned (0 when not split)."""
     event: AnyHook
+    history: History | None = None
+    """On the log, the conversation of a step_start, before_model or step_end event, whose ``messages``
+    are then empty; ``schemas.history.resolve`` puts them back (see there)."""
 
 
 class ProcessorTriggered(Event, frozen=True, kw_only=True):

@@ -51,6 +51,21 @@ class Message(Payload, frozen=True, kw_only=True):
     name: str | None = None
 
 
+Part = tuple[int, int] | Message
+"""A span ``(start, stop)`` of the previous conversation, or one literal message."""
+
+
+class History(Payload, frozen=True, kw_only=True):
+    """A conversation logged as spans of its attempt's previous conversation plus new messages.
+
+    See ``schemas.history``: the tracer writes it, ``schemas.history.resolve`` reads it back.
+    """
+
+    ordinal: int
+    """This conversation's number within its attempt; it is rebuilt from number ``ordinal - 1``."""
+    parts: tuple[Part, ...] = ()
+
+
 class Usage(Payload, frozen=True, kw_only=True):
     """Token counts and cost of one model call."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from schemas.event import Event
-from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, Usage
+from schemas.messages import History, Message, TokenLogprob, ToolCall, ToolSchema, Usage
 
 ModelErrorKind = Literal["rate_limit", "authentication", "context_length", "connection", "server", "other"]
 
@@ -14,6 +14,9 @@ class ModelRequest(Event, frozen=True, kw_only=True):
     """What was sent to a model for one role at one step."""
 
     TYPE = "model.request"
+    VERSION = 2
+    READS = (1,)
+    """Version 1 had no ``history``."""
 
     role: str
     """The model role (``main``, ``judge``, ...)."""
@@ -26,6 +29,8 @@ class ModelRequest(Event, frozen=True, kw_only=True):
     """Sampling parameters (temperature, max tokens, seed)."""
     try_index: int = 0
     """Which try this is within the role's retry and fallback chain."""
+    history: History | None = None
+    """On the log, ``messages`` as a delta (``messages`` is then empty); see ``schemas.history``."""
 
 
 class ModelResponse(Event, frozen=True, kw_only=True):

@@ -106,6 +106,18 @@ def test_log_dump_writes_one_json_line_per_event(demo_url: str) -> None:
     assert one and all(json.loads(line)["subject"].endswith(".0") for line in one)
 
 
+def test_log_dump_writes_conversations_in_full_unless_asked_for_them_as_stored(demo_url: str) -> None:
+    dump = ("--nats-url", demo_url, "log", "dump", "--type", "model.request")
+    requests = [json.loads(line)["event"] for line in ok(hx(*dump)).stdout.splitlines()]
+    stored = [json.loads(line)["event"] for line in ok(hx(*dump, "--as-stored")).stdout.splitlines()]
+    assert len(requests) == len(stored) > 10
+    assert all(r["messages"] and r["history"] is None for r in requests)
+    assert all(not s["messages"] and s["history"]["ordinal"] >= 0 for s in stored)
+    # A later request rebuilds from spans of the one before it: the stored form is far smaller.
+    assert sum(len(json.dumps(s)) for s in stored) * 2 < sum(len(json.dumps(r)) for r in requests)
+    assert requests[0]["messages"][0]["role"] == "system"
+
+
 def test_log_dump_rejects_an_unknown_type(demo_url: str) -> None:
     result = hx("--nats-url", demo_url, "log", "dump", "--type", "nope")
     assert result.exit_code == 2 and "unknown event type" in result.stderr

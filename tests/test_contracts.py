@@ -28,6 +28,7 @@ from hx import (
 from hx.harness.contracts import check_contract
 from hx.runtime.pipeline import HookPipeline
 from schemas.event import Event
+from schemas.history import resolve_async
 from schemas.hooks import HOOK_NAMES, HookName, HookPayload, HookRecord, ProcessorTriggered
 from schemas.lifecycle import AttemptFinished
 from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
@@ -228,7 +229,7 @@ MODELS = ModelConfig(main="script:echo", provider_options={"script:echo": {"comp
 
 
 async def trace(log: EventLog, run_id: str) -> list[Event]:
-    return [r.event async for r in log.read(subjects=[trace_subject(run_id, 0, SPEC.id, 0)])]
+    return [r.event async for r in resolve_async(log.read(subjects=[trace_subject(run_id, 0, SPEC.id, 0)]))]
 
 
 def hook_records(events: list[Event], hook: HookName, stage: str) -> list[HookRecord]:

@@ -28,6 +28,7 @@ from hx import (
     Task,
 )
 from hx.harness.config import Format
+from schemas.history import resolve_async
 from schemas.hooks import HookRecord
 from schemas.messages import Message, TaskSpec, ToolSchema
 from schemas.tools import VerifierScore
@@ -532,7 +533,7 @@ ECHO_SCRIPT = {"completions": [
 
 async def before_model_returned(log: EventLog, subject: str) -> list[BeforeModel]:
     out = []
-    async for rec in log.read(subjects=[subject]):
+    async for rec in resolve_async(log.read(subjects=[subject])):
         ev = rec.event
         if isinstance(ev, HookRecord) and ev.stage == "returned" and isinstance(ev.event, BeforeModel):
             out.append(ev.event)

@@ -40,6 +40,7 @@ from hx.runtime.loop import BLOCKED, AttemptResult
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import FunctionTool, Task, Tool
 from schemas.event import Event
+from schemas.history import resolve_async
 from schemas.hooks import (
     HOOK_EVENT_TYPES,
     AfterModel,
@@ -174,7 +175,7 @@ async def run_attempt(nats_url: str, harness: HarnessConfig, script: list[dict[s
     async with connect(NatsSettings(url=nats_url)) as conn:
         agent = models.agentic(harness, log=conn.log)
         result = await agent.run(task, run_id=run_id, max_steps=max_steps)
-        events = [r.event async for r in conn.log.read(subjects=[trace_filter(run_id)])]
+        events = [r.event async for r in resolve_async(conn.log.read(subjects=[trace_filter(run_id)]))]
     return Run(result, events, task)
 
 
@@ -556,7 +557,7 @@ async def test_tool_call_corrector_turns_a_failing_run_into_a_win(nats_url: str)
     baseline = await run_attempt(nats_url, HarnessConfig(), sloppy)
     assert not baseline.result.passed
     assert all(e.result.is_error for e in baseline.of(ToolReturned))
-    harness = HarnessConfig().attach(["task_start", "before_tool"], ToolCallCorrector())
+    harness = HarnessConfig().attach(["task_start", "before_model", "before_tool"], ToolCallCorrector())
     run = await run_attempt(nats_url, harness, sloppy, run_id="corrected")
     assert run.result.passed
     assert [e.call.input for e in run.of(ToolInvoked)] == [{"command": c} for c in WIN]
@@ -586,6 +587,24 @@ def test_tool_call_corrector_rules() -> None:
     assert ToolCallCorrector(strip=False, coerce_types=False, fix_keys=False).correct("x", {"a": " b "}) == {"a": " b "}
     with pytest.raises(ValueError):
         ToolCallCorrector(enum_cutoff=0.0)
+
+
+def act_with(*actions: str) -> ToolSchema:
+    """The ``act`` tool of a text game whose valid actions now are ``actions``."""
+    return ToolSchema(name="act", input_schema={"type": "object", "properties": {
+        "command": {"type": "string", "enum": list(actions)}}})
+
+
+async def test_tool_call_corrector_corrects_against_the_actions_valid_now() -> None:
+    proc = ToolCallCorrector()
+    start = TaskStart(task=TaskSpec(id="t", instruction="i"), tools=(act_with("go north", "take red key"),))
+    later = BeforeModel(step=2, tools=(act_with("go south", "take blue key"),))
+    sloppy = BeforeTool(step=2, call=ToolCall(id="1", name="act", input={"command": "tak blue key"}))
+    assert proc.correct("act", {"command": "tak blue key"}) == {"command": "tak blue key"}  # nothing learnt yet
+    out = await drive(proc, start, later, sloppy)
+    assert out[:2] == [start, later]  # learning passes both through
+    # Against task_start's enum this would become "take red key" (similarity 0.75), an action no longer valid.
+    assert out[2].call.input == {"command": "take blue key"}
 
 
 async def test_tool_call_corrector_leaves_other_tools_and_good_calls_alone() -> None:

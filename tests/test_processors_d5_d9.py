@@ -44,6 +44,7 @@ from hx.runtime.models import ModelConfig
 from hx.runtime.task import FunctionTool, Task, Tool
 from schemas.envelope import Record
 from schemas.event import Event
+from schemas.history import resolve_async
 from schemas.hooks import AfterModel, AfterTool, BeforeTool, HookRecord, ProcessorTriggered, TaskStart
 from schemas.lifecycle import AttemptFinished
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema
@@ -121,7 +122,7 @@ async def run(nats_url: str, harness: HarnessConfig, task: Task, completions: Se
         agent = models.agentic(harness, log=conn.log)
         for attempt in range(attempts):
             results.append(await agent.run(task, run_id=run_id, attempt=attempt, max_steps=max_steps))
-        records = [r async for r in conn.log.read(subjects=[trace_filter(run=run_id)])]
+        records = [r async for r in resolve_async(conn.log.read(subjects=[trace_filter(run=run_id)]))]
     return results, records
 
 

@@ -30,10 +30,13 @@ from hx import (
     Task,
     Tool,
 )
-from hx.runtime.loop import BLOCKED, AttemptExists
+from hx.processors.history_window import HistoryWindow
+from hx.runtime.loop import BLOCKED, AttemptExists, RunLoop
 from hx.runtime.providers import base as providers_base
+from hx.runtime.tracer import LogWriter
 from schemas.envelope import encode_body
 from schemas.event import Event
+from schemas.history import conversation, packed, resolve_async
 from schemas.hooks import HOOK_EVENT_TYPES, HookRecord, ProcessorTriggered, StepEnd, TaskEnd, TaskStart
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
@@ -41,7 +44,7 @@ from schemas.model import ModelError, ModelRequest, ModelResponse
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned, VerifierScore
 from streams.config import NatsSettings
 from streams.connection import connect
-from streams.log import EventLog
+from streams.log import EncodedEvent, EventLog
 from streams.server import NatsProcess
 from streams.topology import trace_subject
 
@@ -105,7 +108,7 @@ def models(script: list[dict[str, Any]] = TWO_STEPS, **kwargs: Any) -> ModelConf
 
 
 async def trace(log: EventLog, run_id: str, task_id: str = "calc:1", attempt: int = 0) -> list[Event]:
-    return [r.event async for r in log.read(subjects=[trace_subject(run_id, 0, task_id, attempt)])]
+    return [r.event async for r in resolve_async(log.read(subjects=[trace_subject(run_id, 0, task_id, attempt)]))]
 
 
 def label(event: Event) -> str:
@@ -541,6 +544,41 @@ async def test_same_inputs_give_the_same_event_bodies(nats_server: NatsProcess, 
     assert len(first) > 80
     assert first == second
     assert third == first  # the run id appears only in the lifecycle events' run_id field
+
+
+class Teeing(LogWriter):
+    """The log writer, keeping the full events the run loop handed it."""
+
+    def __init__(self, log: EventLog) -> None:
+        super().__init__(log)
+        self.events: list[Event] = []
+
+    async def write_encoded(self, subject: str, events: Sequence[Event], bodies: Sequence[EncodedEvent],
+                            key: str) -> None:
+        self.events += events
+        await super().write_encoded(subject, events, bodies, key)
+
+
+async def test_conversations_go_on_the_log_as_deltas_and_read_back_whole(nats_url: str) -> None:
+    harness = busy_harness().attach("step_start", HistoryWindow(keep_last=2))
+    script = [{"tool_calls": [call(i)]} for i in range(1, 7)] + [{"content": "5"}]
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        tee = Teeing(conn.log)
+        loop = RunLoop(models(script), harness.validate(), log=conn.log, writer=tee)
+        result = await loop.run(CalcTask(), run_id="deltas")
+        subject = trace_subject("deltas", 0, "calc:1", 0)
+        raw = [r async for r in conn.log.read(subjects=[subject])]
+        whole = await trace(conn.log, "deltas")
+    assert result.passed and result.steps == 7
+    assert whole == tee.events  # every conversation as the processors and the model saw it
+    requests = of_type(whole, ModelRequest)
+    assert len(requests[-1].messages) < len(hook_events(whole, "step_start", "emitted")[-1].messages)  # windowed
+    assert requests[-1].messages[-1] == Message(role="user", content="step 7")  # Remind's message
+    stored = [r.event for r in raw if packed(r.event) is not None]
+    assert len(stored) == 7 * result.steps  # per step: step_start, before_model, step_end twice, the request
+    assert all(conversation(e) == () for e in stored)
+    in_full = sum(len(encode_body(e)) for e in whole if conversation(e))
+    assert sum(len(encode_body(e)) for e in stored) * 3 < in_full
 
 
 # --- guards: reruns, timeouts, tools filtered at task_start --------------------------------------

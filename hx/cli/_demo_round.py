@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from schemas.event import Event
+from schemas.history import HistoryPacker
 from schemas.hooks import (
     AfterModel,
     AfterTool,
@@ -68,12 +69,14 @@ class SyntheticRound:
     attempts: int = 0
     passed: int = 0
     _seen: Counter[str] = field(default_factory=Counter)
+    _packers: dict[str, HistoryPacker] = field(default_factory=dict)
 
     def add(self, subject: str, event: Event) -> None:
-        """Append an event with its deterministic key ``<subject>#<n>``."""
+        """Append an event with its deterministic key ``<subject>#<n>``, its conversation as the run loop logs it."""
         n = self._seen[subject]
         self._seen[subject] = n + 1
-        self.entries.append(Entry(subject, event, f"{subject}#{n}"))
+        packer = self._packers.setdefault(subject, HistoryPacker())
+        self.entries.append(Entry(subject, packer.pack(event), f"{subject}#{n}"))
 
 
 def _observation(rng: random.Random, room: str, won: bool) -> str:

@@ -12,6 +12,7 @@ import msgspec
 from hx.cli._app import App, check_event_types, follow_records, iso_time, pass_app, quarantine_note, run
 from schemas.envelope import Record
 from schemas.event import Event
+from schemas.history import HistoryResolver
 from streams.log import EventLog
 from streams.topology import SPECS, TRACE
 
@@ -95,21 +96,34 @@ def log_group() -> None:
               help="First stream sequence.  [default: 1]")
 @click.option("--to", "stop", type=click.IntRange(min=1), metavar="SEQ",
               help="Last stream sequence.  [default: the end now]")
+@click.option("--as-stored", is_flag=True,
+              help="Write conversations as the log stores them (deltas), not in full.")
 @pass_app
 def dump(app: App, stream: str, subjects: tuple[str, ...], types: tuple[str, ...], start: int,
-         stop: int | None) -> None:
+         stop: int | None, as_stored: bool) -> None:
     """Write typed events as JSON lines.
 
     One object per event: seq, index (in its frame), subject, type, version, time (ISO UTC), event.
+    Conversations, which the log stores as deltas, are written in full wherever the dump has
+    read the attempt's earlier ones (from its start); elsewhere as stored.
     """
-    run(_dump(app, stream, subjects, types, start, stop, sys.stdout.buffer))
+    run(_dump(app, stream, subjects, types, start, stop, sys.stdout.buffer, resolve=not as_stored))
 
 
 async def _dump(app: App, stream: str, subjects: Sequence[str], types: Sequence[str], start: int,
-                stop: int | None, out: BinaryIO) -> None:
+                stop: int | None, out: BinaryIO, *, resolve: bool = True) -> None:
+    resolver = HistoryResolver(strict=False) if resolve else None
+    wanted = frozenset(types)
     async with app.connect() as conn:
         chunk: list[bytes] = []
-        async for record in conn.log.read(stream, start=start, stop=stop, subjects=subjects, types=types):
+        # A conversation is a delta against its attempt's previous one, whatever that event's type: resolving
+        # reads every type and filters here.
+        read_types = () if resolver is not None else types
+        async for record in conn.log.read(stream, start=start, stop=stop, subjects=subjects, types=read_types):
+            if resolver is not None:
+                record = resolver.resolve(record)
+                if wanted and record.type not in wanted:
+                    continue
             chunk.append(json_line(record))
             if len(chunk) >= _FLUSH_EVERY:
                 out.write(b"".join(chunk))

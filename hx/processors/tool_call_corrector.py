@@ -15,9 +15,13 @@ the tool's JSON Schema:
 - converts a string to the property's ``integer``, ``number`` or ``boolean`` type when
   it parses as one.
 
-The schemas are learnt at task_start (passed through unchanged), so attach to
-``["task_start", "before_tool"]``. A call to an unknown tool, or with an input nothing
-can repair, passes unchanged.
+The schemas are learnt from the tools offered, at task_start and again at every
+before_model (both passed through unchanged): a text game's ``act`` tool enumerates the
+actions valid now, so its enum changes every step, and a correction against the first
+step's enum would map a call onto an action that is no longer valid. Attach to
+``["task_start", "before_model", "before_tool"]`` (task_start alone serves tools whose
+schemas never change). A call to an unknown tool, or with an input nothing can repair,
+passes unchanged.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import msgspec
 
 from hx.harness.processor import NORMAL, Processor
 from hx.processors._hookutil import matches_any
-from schemas.hooks import BeforeTool, TaskStart
+from schemas.hooks import BeforeModel, BeforeTool, TaskStart
 
 _MISSING = object()
 
@@ -69,7 +73,7 @@ def coerce(value: str, kind: str) -> Any:
 
 
 class ToolCallCorrector(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omit_defaults=True):
-    """Repair tool inputs against the schemas learnt at task_start."""
+    """Repair tool inputs against the schemas of the tools offered at this step."""
 
     name: ClassVar[str] = "tool_call_corrector"
     _order: ClassVar[int] = NORMAL
@@ -91,8 +95,8 @@ class ToolCallCorrector(Processor, kw_only=True, dict=True, forbid_unknown_field
             raise ValueError("enum_cutoff must be within (0, 1]")
         self._schemas: dict[str, dict[str, Any]] = {}
 
-    def learn(self, event: TaskStart) -> None:
-        """Remember the input schema of each offered tool."""
+    def learn(self, event: TaskStart | BeforeModel) -> None:
+        """Remember the input schema of each tool offered now."""
         self._schemas = {t.name: t.input_schema for t in event.tools}
 
     def _rename_keys(self, given: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
@@ -133,9 +137,10 @@ class ToolCallCorrector(Processor, kw_only=True, dict=True, forbid_unknown_field
         out = self._rename_keys(given, props) if self.fix_keys and props else dict(given)
         return {key: self._value(value, props.get(key)) for key, value in out.items()}
 
-    async def process(self, event: TaskStart | BeforeTool) -> AsyncIterator[TaskStart | BeforeTool]:
-        """Learn schemas at task_start; correct the call's input at before_tool."""
-        if isinstance(event, TaskStart):
+    async def process(self, event: TaskStart | BeforeModel | BeforeTool
+                      ) -> AsyncIterator[TaskStart | BeforeModel | BeforeTool]:
+        """Learn schemas at task_start and before_model; correct the call's input at before_tool."""
+        if isinstance(event, TaskStart | BeforeModel):
             self.learn(event)
             yield event
             return

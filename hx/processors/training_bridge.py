@@ -34,6 +34,7 @@ from typing import Any, Literal
 import msgspec
 
 from schemas.envelope import Record
+from schemas.history import resolve
 from schemas.hooks import AfterModel, HookRecord
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.messages import Message, TokenLogprob, ToolSchema
@@ -110,7 +111,7 @@ def attempt_to_rl_records(records: Iterable[Record], *, reward: RewardField = "s
     any role a D1 router sends turns to when the trained policy serves it.
     """
     attempts: dict[str, _Attempt] = {}
-    for rec in records:
+    for rec in resolve(records):  # prompts are logged as deltas of the conversation
         a = attempts.setdefault(rec.subject, _Attempt())
         ev = rec.event
         if isinstance(ev, AttemptStarted):

@@ -84,8 +84,13 @@ class HookPipeline:
                 mutated = changed_paths(event, given)
                 raise ContractViolation(name, self.hook, mutated[0] if mutated else "<event>",
                                         "mutated its input event in place")
-            for item in produced:
-                fields += check_contract(name, self.hook, event, item)
+            for i, item in enumerate(produced):
+                changed = check_contract(name, self.hook, event, item)
+                if not changed:
+                    # Passed through: carry the original on, not the private copy, so later hooks and the
+                    # tracer's conversation deltas meet the same message objects (an identity test, not ==).
+                    produced[i] = event
+                fields += changed
         except ContractViolation as exc:
             self._trigger(proc, step, "interrupted", outputs=len(produced), reason=str(exc))
             raise

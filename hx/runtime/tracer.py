@@ -1,6 +1,9 @@
 """The tracer: an attempt's events, numbered by position and written to the log in frames.
 
-Events are encoded once, when the loop flushes at the end of a step, and buffered. The
+Events are encoded once, when the loop flushes at the end of a step, and buffered; a
+conversation goes on the log as a delta against the attempt's previous one
+(``schemas.history``), so a step costs the bytes of its new messages, not of the
+whole conversation seven times over. The
 buffer goes out as frames on the attempt's subject once it holds ``FRAME_TARGET_BYTES``
 or its oldest event has waited ``LINGER_S`` (so a slow agent's steps are on the log as
 they end, while a fast one's are batched), and always at the end of the attempt. Each
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 
 from schemas.envelope import encode_body
 from schemas.event import Event
+from schemas.history import HistoryPacker
 from schemas.lifecycle import AttemptFinished
 from streams.log import EncodedEvent, EventLog, PendingAppend
 
@@ -99,6 +103,7 @@ class AttemptTracer:
         self._since = 0.0
         """When the oldest event in the buffer was encoded (monotonic seconds)."""
         self._flushed = 0
+        self._packer = HistoryPacker()
 
     def emit(self, event: Event) -> None:
         """Record one event (written at a later flush)."""
@@ -107,9 +112,10 @@ class AttemptTracer:
 
     def _encode(self) -> None:
         bodies = self._bodies
+        pack = self._packer.pack
         for event in self._buffer[len(bodies):]:
             cls = type(event)
-            body = encode_body(event)
+            body = encode_body(pack(event))
             bodies.append((cls.TYPE, cls.VERSION, body))
             self._bytes += len(body) + _OVERHEAD
 
