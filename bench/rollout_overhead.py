@@ -116,8 +116,9 @@ async def main(args: argparse.Namespace) -> int:
     fold_s: list[float] = []
     try:
         async with connect(NatsSettings(url=server.url)) as conn:
-            warm = Rollout(bench, models, harness, log=conn.log, settings=settings, writer=NullWriter())
-            await warm.rollout("warmup", ids)  # JVMs, caches, imports
+            for writer in (NullWriter(), None):  # JVMs (their JIT takes more than one round), caches, imports
+                warm = Rollout(bench, models, harness, log=conn.log, settings=settings, writer=writer)
+                await warm.rollout(f"warmup-{'null' if writer else 'log'}", ids)
             for trial in range(args.trials):
                 order = (logged, null) if trial % 2 == 0 else (null, logged)
                 for mode in order:

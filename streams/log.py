@@ -88,10 +88,10 @@ HX_ENCODING = "Hx-Encoding"
 """Header of a message whose body is compressed: ``deflate`` (zlib). Absent: the body is as encoded."""
 DEFLATE = "deflate"
 COMPRESS_MIN_BYTES = 16 * 1024
-"""Frames from ``send_frame`` at least this large are deflated. A run loop's frames repeat the
-conversation in several events per step (hook records before and after, the model request): zlib
-level 1 shrinks them ~20x at ~375 MB/s, far less work than the client and the server spend moving
-the raw bytes."""
+"""Frames from ``send_frame`` at least this large are deflated. A run loop's frames repeat a step's
+observation and tool result in several events (hook records before and after, the tool and environment
+events): zlib level 1 shrinks them ~13x at ~375 MB/s, less work than the client and the server spend
+moving the raw bytes."""
 
 
 def deflate(body: bytes) -> bytes:
