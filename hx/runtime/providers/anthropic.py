@@ -8,7 +8,6 @@ translated into ``ProviderError`` kinds with the API key removed from every mess
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -115,8 +114,8 @@ class AnthropicProvider(Provider):
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        self._key: str = self.options.get("api_key") or os.environ.get("ANTHROPIC_API_KEY") or ""
-        self.base_url: str | None = self.options.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or None
+        self._key = self.setting("api_key", "ANTHROPIC_API_KEY")
+        self.base_url: str | None = self.setting("base_url", "ANTHROPIC_BASE_URL") or None
         """The API's base URL (None: the SDK's default)."""
         self._timeout = float(self.options.get("timeout", DEFAULT_TIMEOUT_S))
         self._sdk: anthropic.AsyncAnthropic | None = None

@@ -88,6 +88,13 @@ class Provider(ABC):
         """The provider-qualified model name."""
         return f"{self.scheme}:{self.model}"
 
+    def setting(self, name: str, *env: str) -> str:
+        """Option ``name``, else the first of the environment variables ``env`` that is set, else ``""``."""
+        value = self.options.get(name)
+        if value:
+            return str(value)
+        return next((v for v in (os.environ.get(e) for e in env) if v), "")
+
     @abstractmethod
     async def complete(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
                        params: Mapping[str, Any], ctx: CallContext) -> Completion:

@@ -9,7 +9,6 @@ or ``OPENAI_API_KEY``) goes in a Bearer header and never into an error message.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -148,11 +147,9 @@ class OpenAIProvider(Provider):
         name, url = split_spec(model)
         self.model_name = name
         """The model name sent to the server."""
-        self.base_url = (url or self.options.get("base_url") or os.environ.get("HX_OPENAI_BASE_URL")
-                         or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = (url or self.setting("base_url", "HX_OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         """The server's base URL (ending in ``/v1`` for most servers)."""
-        self._key: str = (self.options.get("api_key") or os.environ.get("HX_OPENAI_API_KEY")
-                          or os.environ.get("OPENAI_API_KEY") or "")
+        self._key = self.setting("api_key", "HX_OPENAI_API_KEY", "OPENAI_API_KEY")
         self._timeout = float(self.options.get("timeout", DEFAULT_TIMEOUT_S))
         self._http: httpx2.AsyncClient | None = None
 
