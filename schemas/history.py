@@ -120,16 +120,13 @@ class HistoryPacker:
 
     def pack(self, event: Event) -> Event:
         """``event`` as it goes on the log: its conversation as a ``History`` (other events unchanged)."""
-        kind = type(event)
-        if kind is HookRecord:
-            hook = event.event  # type: ignore[attr-defined]
-            if not isinstance(hook, _CONVERSATION_HOOKS) or event.history is not None:  # type: ignore[attr-defined]
+        if type(event) is HookRecord:
+            hook = event.event
+            if not isinstance(hook, _CONVERSATION_HOOKS) or event.history is not None:
                 return event
-            history = self._delta(hook.messages)
-            return _replace(event, event=_replace(hook, messages=()), history=history)
-        if kind is ModelRequest and event.history is None:  # type: ignore[attr-defined]
-            history = self._delta(event.messages)  # type: ignore[attr-defined]
-            return _replace(event, messages=(), history=history)
+            return _replace(event, event=_replace(hook, messages=()), history=self._delta(hook.messages))
+        if type(event) is ModelRequest and event.history is None:
+            return _replace(event, messages=(), history=self._delta(event.messages))
         return event
 
     def _delta(self, messages: tuple[Message, ...]) -> History:
