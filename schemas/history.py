@@ -111,6 +111,13 @@ def packed(event: Event) -> History | None:
     return None
 
 
+def _with_conversation(event: Event, messages: tuple[Message, ...], history: History | None) -> Event:
+    """A conversation-bearing ``event`` (see ``conversation``) with its messages and history replaced."""
+    if type(event) is HookRecord:
+        return _replace(event, event=_replace(event.event, messages=messages), history=history)
+    return _replace(event, messages=messages, history=history)
+
+
 class HistoryPacker:
     """Writer side, one per attempt: replaces each conversation in full with its delta."""
 
@@ -120,14 +127,10 @@ class HistoryPacker:
 
     def pack(self, event: Event) -> Event:
         """``event`` as it goes on the log: its conversation as a ``History`` (other events unchanged)."""
-        if type(event) is HookRecord:
-            hook = event.event
-            if not isinstance(hook, _CONVERSATION_HOOKS) or event.history is not None:
-                return event
-            return _replace(event, event=_replace(hook, messages=()), history=self._delta(hook.messages))
-        if type(event) is ModelRequest and event.history is None:
-            return _replace(event, messages=(), history=self._delta(event.messages))
-        return event
+        messages = conversation(event)
+        if messages is None or packed(event) is not None:
+            return event
+        return _with_conversation(event, (), self._delta(messages))
 
     def _delta(self, messages: tuple[Message, ...]) -> History:
         history = History(ordinal=self.ordinal, parts=diff(self.base, messages))
@@ -163,11 +166,7 @@ class HistoryResolver:
         except HistoryGap as exc:
             return self._gap(record, str(exc))
         self._last[record.subject] = (history.ordinal, messages)
-        if type(event) is HookRecord:
-            full: Event = _replace(event, event=_replace(event.event, messages=messages), history=None)
-        else:
-            full = _replace(event, messages=messages, history=None)
-        return _replace(record, event=full)
+        return _replace(record, event=_with_conversation(event, messages, None))
 
     def _gap(self, record: Record, reason: str) -> Record:
         if self.strict:
