@@ -10,7 +10,8 @@ cost dominates small events, so frames are how bulk writers and readers go fast.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -23,10 +24,12 @@ HX_TIME = "Hx-Time"
 HX_COUNT = "Hx-Count"
 MSG_ID = "Nats-Msg-Id"
 FRAME_TYPE = "hx.frame"
+HX_ENCODING = "Hx-Encoding"
+"""Header of a message whose body is compressed: ``deflate`` (zlib). Absent: the body is as encoded."""
+DEFLATE = "deflate"
 
 # Dict keys are sorted so equal events encode to equal bytes (content keys, replay comparisons).
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
-_decoders: dict[str, msgspec.msgpack.Decoder[Event]] = {}
 _readers: dict[str, tuple[msgspec.msgpack.Decoder[Event], type[Event]]] = {}
 
 
@@ -73,29 +76,21 @@ def headers_for(type_name: str, version: int, msg_id: str, time_ns: int, count: 
     return headers
 
 
-def _decoder(type_name: str) -> msgspec.msgpack.Decoder[Event]:
-    dec = _decoders.get(type_name)
-    if dec is None:
-        try:
-            cls = event_type(type_name)
-        except SchemaError as exc:
-            raise DecodeError(str(exc)) from None
-        dec = _decoders[type_name] = msgspec.msgpack.Decoder(cls)
-    return dec
-
-
 def _reader(type_name: str) -> tuple[msgspec.msgpack.Decoder[Event], type[Event]]:
     """The decoder and class of a registered type (``DecodeError`` when unknown)."""
     known = _readers.get(type_name)
     if known is None:
-        dec = _decoder(type_name)
-        known = _readers[type_name] = (dec, event_type(type_name))
+        try:
+            cls = event_type(type_name)
+        except SchemaError as exc:
+            raise DecodeError(str(exc)) from None
+        known = _readers[type_name] = (msgspec.msgpack.Decoder(cls), cls)
     return known
 
 
 def decode_body(type_name: str, version: int | str | None, body: bytes) -> Event:
     """Decode one event body strictly: unknown type, other version or bad body raise ``DecodeError``."""
-    dec, cls = _readers.get(type_name) or _reader(type_name)
+    dec, cls = _reader(type_name)
     expected = cls.VERSION
     if version != expected:  # an int equal to the version skips the parsing
         try:
@@ -111,19 +106,44 @@ def decode_body(type_name: str, version: int | str | None, body: bytes) -> Event
         raise DecodeError(f"malformed {type_name!r} body: {exc}") from None
 
 
+EncodedEvent = tuple[str, int, bytes]
+"""An event already encoded: (type, schema version, body), as a frame holds it."""
+
+
+def encoded(event: Event) -> EncodedEvent:
+    """``event`` encoded as a frame holds it."""
+    cls = type(event)
+    return (cls.TYPE, cls.VERSION, encode_body(event))
+
+
+def encode_frame_bodies(items: Sequence[EncodedEvent]) -> bytes:
+    """A frame body from already encoded events."""
+    return _encoder.encode([_FrameItem(t, v, msgspec.Raw(body)) for t, v, body in items])
+
+
 def encode_frame(events: Iterable[Event]) -> bytes:
     """Pack several events into one frame body."""
-    items = [_FrameItem(type(e).TYPE, type(e).VERSION, msgspec.Raw(encode_body(e))) for e in events]
-    return _encoder.encode(items)
+    return encode_frame_bodies([encoded(e) for e in events])
 
 
 def decode_frame(body: bytes) -> list[tuple[str, int, Event]]:
     """Unpack a frame into (type, version, event) triples, strictly."""
+    return [(r.type, r.version, r.event) for r in _frame_records("", 0, 0, body)]
+
+
+def deflate(body: bytes) -> bytes:
+    """A frame body compressed for the log (zlib, level 1: fast, and ample for these bodies)."""
+    return zlib.compress(body, 1)
+
+
+def inflate(encoding: str, body: bytes) -> bytes:
+    """The body of a message whose ``Hx-Encoding`` is ``encoding``; ``DecodeError`` if it cannot be read."""
+    if encoding != DEFLATE:
+        raise DecodeError(f"unknown {HX_ENCODING} {encoding!r}")
     try:
-        items = _frame_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise DecodeError(f"malformed frame: {exc}") from None
-    return [(it.type, it.version, decode_body(it.type, it.version, it.body)) for it in items]
+        return zlib.decompress(body)
+    except zlib.error as exc:
+        raise DecodeError(f"corrupt {DEFLATE} body: {exc}") from None
 
 
 def _frame_records(subject: str, seq: int, time_ns: int, body: bytes) -> list[Record]:
@@ -150,7 +170,10 @@ def _frame_records(subject: str, seq: int, time_ns: int, body: bytes) -> list[Re
 
 
 def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes) -> list[Record]:
-    """Decode a message from the log into records, or raise ``DecodeError`` naming subject and sequence."""
+    """Decode a message from the log into records, or raise ``DecodeError`` naming subject and sequence.
+
+    A body with an ``Hx-Encoding`` header is inflated first.
+    """
     hdrs = headers or {}
     type_name = hdrs.get(HX_TYPE)
     try:
@@ -160,9 +183,14 @@ def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, bo
             time_ns = int(hdrs.get(HX_TIME, "0"))
         except ValueError:
             raise DecodeError(f"bad {HX_TIME} header {hdrs.get(HX_TIME)!r}") from None
+        encoding = hdrs.get(HX_ENCODING)
+        if encoding is not None:
+            body = inflate(encoding, body)
         if type_name == FRAME_TYPE:
             return _frame_records(subject, seq, time_ns, body)
-        event = decode_body(type_name, hdrs.get(HX_SCHEMA_VERSION), body)
-        return [Record(seq, 0, subject, type_name, type(event).VERSION, time_ns, event)]
+        version = hdrs.get(HX_SCHEMA_VERSION)
+        event = decode_body(type_name, version, body)
+        # The version as stored (an older one the class READS included), as a frame's items report it.
+        return [Record(seq, 0, subject, type_name, int(version or 0), time_ns, event)]
     except DecodeError as exc:
         raise exc.at(subject=subject, seq=seq) from None

@@ -17,12 +17,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-import zlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
-import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
@@ -31,13 +29,19 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from schemas.envelope import (
+    DEFLATE,
     FRAME_TYPE,
+    HX_ENCODING,
     MSG_ID,
+    EncodedEvent,
     Record,
     decode_message,
+    deflate,
     encode_body,
     encode_frame,
+    encode_frame_bodies,
     headers_for,
+    inflate,
 )
 from schemas.errors import DecodeError
 from schemas.event import Event
@@ -84,39 +88,11 @@ class _Outgoing:
     key: str
 
 
-HX_ENCODING = "Hx-Encoding"
-"""Header of a message whose body is compressed: ``deflate`` (zlib). Absent: the body is as encoded."""
-DEFLATE = "deflate"
 COMPRESS_MIN_BYTES = 16 * 1024
 """Frames from ``send_frame`` at least this large are deflated. A run loop's frames repeat a step's
 observation and tool result in several events (hook records before and after, the tool and environment
 events): zlib level 1 shrinks them ~13x at ~375 MB/s, less work than the client and the server spend
 moving the raw bytes."""
-
-
-def deflate(body: bytes) -> bytes:
-    """A frame body compressed for the log (zlib, level 1: fast, and ample for these bodies)."""
-    return zlib.compress(body, 1)
-
-
-def inflate(encoding: str, body: bytes) -> bytes:
-    """The body of a message whose ``Hx-Encoding`` is ``encoding``; ``DecodeError`` if it cannot be read."""
-    if encoding != DEFLATE:
-        raise DecodeError(f"unknown {HX_ENCODING} {encoding!r}")
-    try:
-        return zlib.decompress(body)
-    except zlib.error as exc:
-        raise DecodeError(f"corrupt {DEFLATE} body: {exc}") from None
-
-
-EncodedEvent = tuple[str, int, bytes]
-"""An event already encoded: (type, schema version, body), as a frame holds it."""
-_frame_encoder = msgspec.msgpack.Encoder()
-
-
-def encode_frame_bodies(items: Sequence[EncodedEvent]) -> bytes:
-    """A frame body from already encoded events: the same bytes ``encode_frame`` makes from the events."""
-    return _frame_encoder.encode([(t, v, msgspec.Raw(body)) for t, v, body in items])
 
 
 class PendingAppend:
@@ -440,8 +416,6 @@ class EventLog:
     def _decode(self, stream: str, subject: str, seq: int, headers: dict[str, str] | None,
                 body: bytes) -> list[Record]:
         try:
-            if headers is not None and HX_ENCODING in headers:
-                body = inflate(headers[HX_ENCODING], body)
             return decode_message(subject, seq, headers, body)
         except DecodeError as exc:
             self.quarantine.add(Quarantined(stream, subject, seq, exc.reason,
@@ -449,5 +423,5 @@ class EventLog:
             return []
 
 
-__all__ = ["HX_ENCODING", "MSG_ID", "Appended", "EncodedEvent", "Entry", "EventLog", "PendingAppend",
+__all__ = ["DEFLATE", "HX_ENCODING", "MSG_ID", "Appended", "EncodedEvent", "Entry", "EventLog", "PendingAppend",
            "content_key", "deflate", "encode_frame_bodies", "inflate"]

@@ -63,7 +63,7 @@ from schemas import (
     event_types,
     headers_for,
 )
-from schemas.envelope import decode_message
+from schemas.envelope import DEFLATE, HX_ENCODING, decode_message, deflate
 from schemas.event import register
 
 # --- representative instances ------------------------------------------------------------
@@ -249,6 +249,24 @@ def test_frames_round_trip() -> None:
     assert [r.event for r in records] == events
     assert [r.type for r in records] == [type(e).TYPE for e in events]
     assert all(r.time_ns == 77 and r.subject == "hx.trace.r.1.t.0" for r in records)
+
+
+def test_a_deflated_message_is_inflated_by_decode_message_itself() -> None:
+    events = [*EXAMPLES[:5], EXAMPLES[-1]]
+    hdrs = {**headers_for(FRAME_TYPE, 1, "frame-1", 77, count=len(events)), HX_ENCODING: DEFLATE}
+    records = decode_message("hx.trace.r.1.t.0", 5, hdrs, deflate(encode_frame(events)))
+    assert [r.event for r in records] == events
+    err = _decode_error({**hdrs, HX_ENCODING: "zstd"}, deflate(encode_frame(events)))
+    assert err.reason == "unknown Hx-Encoding 'zstd'"
+    assert "corrupt deflate body" in _decode_error(hdrs, b"not deflated").reason
+
+
+def test_an_older_version_read_alone_or_in_a_frame_reports_the_version_stored() -> None:
+    old = msgspec.msgpack.encode({"stage": "emitted", "step": 1, "event": {"hook": "step_start", "step": 1}})
+    [alone] = decode_message(SUBJECT, 1, {HX_TYPE: "hook", HX_SCHEMA_VERSION: "1"}, old)
+    frame = msgspec.msgpack.encode([("hook", 1, msgspec.Raw(old))])
+    [framed] = decode_message(SUBJECT, 2, headers_for(FRAME_TYPE, 1, "f", 0, count=1), frame)
+    assert alone.version == framed.version == 1 and alone.event == framed.event
 
 
 def test_single_event_frame_and_empty_frame() -> None:

@@ -22,11 +22,11 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from schemas.envelope import encode_body
+from schemas.envelope import EncodedEvent, encoded
 from schemas.event import Event
 from schemas.history import HistoryPacker
 from schemas.lifecycle import AttemptFinished
-from streams.log import EncodedEvent, EventLog, PendingAppend
+from streams.log import EventLog, PendingAppend
 
 MAX_FRAME_BYTES = 512 * 1024
 """Stay well under NATS's default 1 MiB payload limit."""
@@ -64,8 +64,7 @@ class LogWriter(TraceWriter):
 
     async def write(self, subject: str, events: Sequence[Event], key: str) -> None:
         """Send the frame once the subject's previous frame is acknowledged."""
-        await self.write_encoded(subject, events, [(type(e).TYPE, type(e).VERSION, encode_body(e)) for e in events],
-                                 key)
+        await self.write_encoded(subject, events, [encoded(e) for e in events], key)
 
     async def write_encoded(self, subject: str, events: Sequence[Event], bodies: Sequence[EncodedEvent],
                             key: str) -> None:
@@ -114,10 +113,9 @@ class AttemptTracer:
         bodies = self._bodies
         pack = self._packer.pack
         for event in self._buffer[len(bodies):]:
-            cls = type(event)
-            body = encode_body(pack(event))
-            bodies.append((cls.TYPE, cls.VERSION, body))
-            self._bytes += len(body) + _OVERHEAD
+            item = encoded(pack(event))
+            bodies.append(item)
+            self._bytes += len(item[2]) + _OVERHEAD
 
     async def flush(self) -> None:
         """End of a step: encode what was emitted; write it if enough is buffered, or the attempt ended.
