@@ -21,6 +21,15 @@ def redact_url(url: str) -> str:
     return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"  # the host never holds '@'
 
 
+_ENV_FIELDS = {
+    "HX_NATS_URL": "url", "HX_NATS_USER": "user", "HX_NATS_PASSWORD": "password", "HX_NATS_TOKEN": "token",
+    "HX_NATS_CREDS": "creds_file", "HX_NATS_TLS_CA": "tls_ca", "HX_NATS_TLS_CERT": "tls_cert",
+    "HX_NATS_TLS_KEY": "tls_key",
+}
+ENV_KEYS = (*_ENV_FIELDS, "HX_DATA_DIR", "HX_ACK_TIMEOUT")
+"""Every environment variable ``NatsSettings.from_env`` reads."""
+
+
 @dataclass(frozen=True)
 class NatsSettings:
     """Connection settings, read from ``HX_*`` environment variables.
@@ -51,17 +60,8 @@ class NatsSettings:
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> NatsSettings:
         """Build settings from ``HX_NATS_URL``, ``HX_DATA_DIR`` and the credential variables."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {
-            "url": env.get("HX_NATS_URL") or None,
-            "data_dir": Path(env.get("HX_DATA_DIR") or DEFAULT_DATA_DIR),
-            "user": env.get("HX_NATS_USER") or None,
-            "password": env.get("HX_NATS_PASSWORD") or None,
-            "token": env.get("HX_NATS_TOKEN") or None,
-            "creds_file": env.get("HX_NATS_CREDS") or None,
-            "tls_ca": env.get("HX_NATS_TLS_CA") or None,
-            "tls_cert": env.get("HX_NATS_TLS_CERT") or None,
-            "tls_key": env.get("HX_NATS_TLS_KEY") or None,
-        }
+        values: dict[str, Any] = {field: env.get(key) or None for key, field in _ENV_FIELDS.items()}
+        values["data_dir"] = Path(env.get("HX_DATA_DIR") or DEFAULT_DATA_DIR)
         if env.get("HX_ACK_TIMEOUT"):
             values["ack_timeout"] = float(env["HX_ACK_TIMEOUT"])
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 from uuid import UUID
 
 from eventsourcing.persistence import ProgrammingError
@@ -26,7 +26,6 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 SUBJECT_ROOT = "hx.es"
 STREAM_ROOT = "HX_ES"
 HEADER_TOPIC = "Hx-Es-Topic"
-EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQUENCE = "Nats-Batch-Sequence"
 BATCH_COMMIT = "Nats-Batch-Commit"
@@ -53,13 +52,9 @@ def name_from_token(token: str) -> str:
 
 def topic_header(topic: str) -> str:
     """The ``Hx-Es-Topic`` header value for a topic: readable, yet exact for any string
-    (header parsing would strip edge whitespace, and values must stay on one line)."""
+    (header parsing would strip edge whitespace, and values must stay on one line).
+    ``streams.topology.token_value`` inverts it (both are percent-escapes)."""
     return quote(topic, safe=":<>[],")
-
-
-def topic_from_header(value: str) -> str:
-    """Invert ``topic_header``."""
-    return unquote(value) if "%" in value else value
 
 
 def oid_token(originator_id: UUID | str) -> str:

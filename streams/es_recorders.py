@@ -31,15 +31,15 @@ from eventsourcing.persistence import (
 )
 
 from streams.es_layout import (
-    EXPECTED_LAST_SUBJECT_SEQUENCE,
     HEADER_TOPIC,
     OutMsg,
     StoredMsg,
     StreamLayout,
-    topic_from_header,
     topic_header,
 )
 from streams.es_store import JetStreamDatastore, Watch
+from streams.log import EXPECTED_LAST_SUBJECT_SEQ
+from streams.topology import token_value
 
 
 class _TrackingBody(msgspec.Struct, frozen=True):
@@ -84,7 +84,7 @@ class JetStreamAggregateRecorder(JetStreamRecorder, AggregateRecorder):
             msgs.append(OutMsg(
                 subject=self.layout.event_subject(event.originator_id, event.originator_version),
                 data=event.state,
-                headers={HEADER_TOPIC: topic_header(event.topic), EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
+                headers={HEADER_TOPIC: topic_header(event.topic), EXPECTED_LAST_SUBJECT_SEQ: "0"},
             ))
         return msgs
 
@@ -121,7 +121,7 @@ class JetStreamAggregateRecorder(JetStreamRecorder, AggregateRecorder):
                 continue
             events.append(StoredEvent(
                 originator_id=originator_id, originator_version=version,
-                topic=topic_from_header(msg.headers[HEADER_TOPIC]), state=msg.data,
+                topic=token_value(msg.headers[HEADER_TOPIC]), state=msg.data,
             ))
         # Sequence order is version order for aggregates, but sort in case a caller
         # inserted versions out of order (a snapshot of an older version, say).
@@ -164,7 +164,7 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
             originator_id, version = StreamLayout.parse_event_subject(msg.subject)
             notifications.append(Notification(
                 id=msg.seq, originator_id=originator_id, originator_version=version,
-                topic=topic_from_header(msg.headers[HEADER_TOPIC]), state=msg.data,
+                topic=token_value(msg.headers[HEADER_TOPIC]), state=msg.data,
             ))
         return notifications
 
@@ -263,7 +263,7 @@ class JetStreamTrackingRecorder(JetStreamRecorder, TrackingRecorder):
         return OutMsg(
             subject=self.layout.tracking_subject(tracking.application_name),
             data=msgspec.json.encode(body),
-            headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(0 if last is None else last[0])},
+            headers={EXPECTED_LAST_SUBJECT_SEQ: str(0 if last is None else last[0])},
         )
 
 

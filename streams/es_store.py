@@ -37,18 +37,18 @@ from nats.js.api import DeliverPolicy
 from streams.config import NatsSettings, redact_url
 from streams.es_bridge import LoopClosedError, LoopThread
 from streams.es_layout import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, OutMsg, StoredMsg, StreamLayout
+from streams.log import WRONG_LAST_SEQUENCE
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 # JetStream API error codes this module reacts to.
-ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_BATCH_WRONG_LAST_SEQUENCE = 10164  # the same subject twice in one batch, each expecting 0
 ERR_BATCH_TOO_LARGE = 10199
 ERR_STREAM_NOT_FOUND = 10059
 ERR_STREAM_NAME_IN_USE = 10058
-CONFLICTS = frozenset({ERR_WRONG_LAST_SEQUENCE, ERR_BATCH_WRONG_LAST_SEQUENCE})
+CONFLICTS = frozenset({WRONG_LAST_SEQUENCE, ERR_BATCH_WRONG_LAST_SEQUENCE})
 
 READ_BATCH = 1000  # messages per direct-get round trip
 MAX_INFLIGHT_BATCHES = 32  # the server caps open atomic batches per stream (50 by default)
@@ -299,7 +299,7 @@ class JetStreamDatastore:
         if status == "404":
             return None
         if status is not None:
-            raise JetStreamApiError(int(status), 0, str(headers.get("Description", "direct get failed")))
+            raise _direct_get_error(status, headers)
         return _stored(reply)
 
     def read(
@@ -362,9 +362,7 @@ class JetStreamDatastore:
         elif status == "404":  # nothing (more) matches
             collector.done.set_result(None)
         else:
-            collector.done.set_exception(
-                JetStreamApiError(int(status), 0, str(headers.get("Description", "direct get failed")))
-            )
+            collector.done.set_exception(_direct_get_error(status, headers))
 
     # -- change notification ---------------------------------------------------------------
 
@@ -388,6 +386,11 @@ class JetStreamDatastore:
 def _header_size(headers: dict[str, str]) -> int:
     """Bytes the headers take on the wire ("NATS/1.0" line, "k: v" lines, blank line)."""
     return 12 + sum(len(key) + len(value.encode()) + 4 for key, value in headers.items())
+
+
+def _direct_get_error(status: str, headers: dict[str, str]) -> JetStreamApiError:
+    """The error a direct-get reply's ``Status`` header reports."""
+    return JetStreamApiError(int(status), 0, str(headers.get("Description", "direct get failed")))
 
 
 def _stored(msg: Msg) -> StoredMsg:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TypeVar
 
 from eventsourcing.persistence import (
     AggregateRecorder,
@@ -44,7 +45,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
-from streams.config import NatsSettings
+from streams.config import ENV_KEYS, NatsSettings
 from streams.errors import ServerError
 from streams.es_layout import StreamLayout
 from streams.es_recorders import (
@@ -59,6 +60,8 @@ from streams.es_store import JetStreamDatastore
 from streams.es_transcoder import MsgspecTranscoder
 from streams.server import EmbeddedServer
 
+R = TypeVar("R", bound=JetStreamRecorder)
+
 __all__ = [
     "JetStreamAggregateRecorder",
     "JetStreamApplicationRecorder",
@@ -69,12 +72,6 @@ __all__ = [
     "MsgspecTranscoder",
 ]
 
-# The NatsSettings variables, looked up through the library's Environment so that
-# application-prefixed values (MYAPP_HX_NATS_URL) win over plain ones.
-NATS_SETTINGS_KEYS = (
-    "HX_NATS_URL", "HX_DATA_DIR", "HX_NATS_USER", "HX_NATS_PASSWORD", "HX_NATS_TOKEN",
-    "HX_NATS_CREDS", "HX_NATS_TLS_CA", "HX_NATS_TLS_CERT", "HX_NATS_TLS_KEY", "HX_ACK_TIMEOUT",
-)
 
 
 class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
@@ -104,8 +101,10 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
             raise
 
     def _nats_environ(self) -> dict[str, str]:
-        environ = {key: value for key in NATS_SETTINGS_KEYS if (value := os.environ.get(key))}
-        environ.update({key: value for key in NATS_SETTINGS_KEYS if (value := self.env.get(key))})
+        # Looked up through the library's Environment too, so that application-prefixed values
+        # (MYAPP_HX_NATS_URL) win over plain ones.
+        environ = {key: value for key in ENV_KEYS if (value := os.environ.get(key))}
+        environ.update({key: value for key in ENV_KEYS if (value := self.env.get(key))})
         return environ
 
     def _layout(self, purpose: str = "events") -> StreamLayout:
@@ -124,31 +123,24 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
 
     def application_recorder(self) -> ApplicationRecorder:
         """The application recorder (class overridable by ``APPLICATION_RECORDER_TOPIC``)."""
-        topic = self.env.get(self.APPLICATION_RECORDER_TOPIC)
-        cls: type[JetStreamApplicationRecorder] = resolve_topic(topic) if topic else JetStreamApplicationRecorder
-        assert issubclass(cls, JetStreamApplicationRecorder)
-        recorder = cls(self.datastore, self._layout())
-        self._prepare(recorder)
-        return recorder
+        return self._recorder(None, self.APPLICATION_RECORDER_TOPIC, JetStreamApplicationRecorder)
 
     def tracking_recorder(
         self, tracking_recorder_class: type[JetStreamTrackingRecorder] | None = None
     ) -> JetStreamTrackingRecorder:
         """A tracking recorder (class from the argument or ``TRACKING_RECORDER_TOPIC``)."""
-        if tracking_recorder_class is None:
-            topic = self.env.get(self.TRACKING_RECORDER_TOPIC)
-            tracking_recorder_class = resolve_topic(topic) if topic else JetStreamTrackingRecorder
-        assert tracking_recorder_class is not None
-        assert issubclass(tracking_recorder_class, JetStreamTrackingRecorder)
-        recorder = tracking_recorder_class(self.datastore, self._layout())
-        self._prepare(recorder)
-        return recorder
+        return self._recorder(tracking_recorder_class, self.TRACKING_RECORDER_TOPIC, JetStreamTrackingRecorder)
 
     def process_recorder(self) -> ProcessRecorder:
         """The process recorder (class overridable by ``PROCESS_RECORDER_TOPIC``)."""
-        topic = self.env.get(self.PROCESS_RECORDER_TOPIC)
-        cls: type[JetStreamProcessRecorder] = resolve_topic(topic) if topic else JetStreamProcessRecorder
-        assert issubclass(cls, JetStreamProcessRecorder)
+        return self._recorder(None, self.PROCESS_RECORDER_TOPIC, JetStreamProcessRecorder)
+
+    def _recorder(self, cls: type[R] | None, topic_key: str, default: type[R]) -> R:
+        """A prepared recorder of ``cls``, else of the class the topic setting names, else of ``default``."""
+        if cls is None:
+            topic = self.env.get(topic_key)
+            cls = resolve_topic(topic) if topic else default
+        assert cls is not None and issubclass(cls, default)
         recorder = cls(self.datastore, self._layout())
         self._prepare(recorder)
         return recorder
