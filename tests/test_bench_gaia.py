@@ -14,6 +14,7 @@ from hx.bench.gaia import ENV_VAR, GaiaBenchmark, GaiaTask, extract_answer, read
 from hx.bench.gaia_scorer import as_number, gaia_match, normalise
 from hx.bench.registry import BenchmarkError, TaskId, benchmark
 from hx.bench.testing import check_adapter, play
+from hx.cli.run import select_tasks
 from schemas.messages import ToolCall
 from schemas.tools import EnvObservation, VerifierScore
 from streams.config import NatsSettings
@@ -76,6 +77,17 @@ def test_fixture_questions_and_levels() -> None:
     assert attachment == (FIXTURES / "prices.jsonl").resolve() and attachment.is_file()
     assert task.spec.instruction.endswith(f"Attached file: {task.spec.meta['file']}")
     assert isinstance(benchmark("gaia"), GaiaBenchmark) and benchmark("gaia").family == "qa"
+
+
+def test_a_bare_gaia_spec_runs_each_question_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, str(FIXTURES))
+    benches, ids = select_tasks(["gaia"], "dev", 50)
+    (bench,) = benches
+    questions = [bench.make_task(t).question.gaia_id for t in ids]  # type: ignore[attr-defined]
+    assert len(ids) == len(set(questions)) == 10  # not again under "all"
+    assert {t.game for t in ids} == {"level1", "level2", "level3"}
+    _, every = select_tasks(["gaia:all"], "dev", 50)
+    assert len(every) == 10
 
 
 def test_layouts_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -178,6 +178,10 @@ class GaiaBenchmark(Benchmark):
         """``all`` and the three levels."""
         return LEVELS
 
+    def default_games(self) -> tuple[str, ...]:
+        """The three levels: ``all`` holds the same questions again."""
+        return tuple(level for level in LEVELS if level != "all")
+
     def file_for(self, split: str) -> Path:
         """The JSONL file holding a split's questions."""
         if split not in SPLITS:

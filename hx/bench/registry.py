@@ -63,6 +63,10 @@ class Benchmark(ABC):
     def games(self) -> tuple[str, ...]:
         """The games or tasks this benchmark offers."""
 
+    def default_games(self) -> tuple[str, ...]:
+        """The games a bare benchmark name runs: every game, unless some game gathers others."""
+        return self.games()
+
     @abstractmethod
     def task_ids(self, game: str, split: str, limit: int | None = None) -> list[TaskId]:
         """The first ``limit`` task ids of a game's split, in the benchmark's own order."""

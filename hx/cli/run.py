@@ -40,6 +40,7 @@ def select_tasks(specs: Sequence[str], split: str, tasks: int) -> tuple[list[Ben
     """The benchmarks named by ``benchmark`` or ``benchmark:game`` specs and the first ``tasks`` ids of each game."""
     benches: dict[str, Benchmark] = {}
     ids: list[TaskId] = []
+    seen: set[TaskId] = set()
     try:
         for spec in dict.fromkeys(specs):
             name, _, game = spec.partition(":")
@@ -49,16 +50,16 @@ def select_tasks(specs: Sequence[str], split: str, tasks: int) -> tuple[list[Ben
             games = bench.games()
             if game and game not in games:
                 raise BenchmarkError(f"{name} has no game {game!r}; games: {', '.join(games)}")
-            for g in [game] if game else list(games):
-                ids += [t for t in bench.task_ids(g, split, limit=tasks) if t not in ids]
+            for g in [game] if game else bench.default_games():
+                new = [t for t in bench.task_ids(g, split, limit=tasks) if t not in seen]
+                seen.update(new)
+                ids += new
+        if not ids:
+            raise BenchmarkError(f"no {split} tasks in {', '.join(specs)}")
     except BaseException:
         for bench in benches.values():
             bench.close()
         raise
-    if not ids:
-        for bench in benches.values():
-            bench.close()
-        raise BenchmarkError(f"no {split} tasks in {', '.join(specs)}")
     return list(benches.values()), ids
 
 
