@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from hx.bench.registry import Benchmark, BenchmarkError, TaskId, register_benchmark
-from hx.bench.results import AttemptOutcome, from_json, markdown_table, to_json
+from hx.bench.results import AttemptOutcome, from_json, markdown_table, save_report, to_json
 from hx.bench.rollout import (
     ReportMismatch,
     Rollout,
@@ -333,13 +334,17 @@ def test_cross_check_names_the_disagreement() -> None:
         cross_check([a], [])
 
 
-async def test_report_round_trips_through_json_and_renders_markdown(nats_url: str) -> None:
+async def test_report_round_trips_through_json_and_renders_markdown(nats_url: str, tmp_path: Path) -> None:
     async with connect(NatsSettings(url=nats_url)) as conn:
         outcome = await rollout(conn.log, attempts=2, max_steps=6).rollout("json", ids("walk", 2) + ids("easy", 2))
     report = outcome.report
     assert from_json(to_json(report)) == report
     md = markdown_table(report)
     assert "| toy:walk | 2 |" in md and "| all | 4 |" in md and report.harness_digest in md
+    assert save_report(report, tmp_path / "r.json") == (tmp_path / "r.json", tmp_path / "r.md")
+    asked_md = save_report(report, tmp_path / "named.md")  # the table must not overwrite the JSON
+    assert asked_md == (tmp_path / "named.md", tmp_path / "named.md.md")
+    assert from_json(asked_md[0].read_text()) == report and asked_md[1].read_text() == md
 
 
 def test_run_config_masks_secrets() -> None:

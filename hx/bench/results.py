@@ -26,9 +26,6 @@ from hx.bench.registry import BenchmarkError, TaskId
 from projections.task_history import pass_at_k
 from schemas.lifecycle import AttemptStatus
 
-REPORT_K = (1, 2)
-"""The pass@k columns of every report (pass@2 is the headline figure)."""
-
 
 class AttemptOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """One attempt's verdict as the report counts it (an infrastructure failure never passes)."""
@@ -232,9 +229,11 @@ def from_json(text: str | bytes) -> RolloutReport:
 
 
 def save_report(report: RolloutReport, path: Path) -> tuple[Path, Path]:
-    """Write the JSON to ``path`` and the Markdown table beside it (``.md``); return both paths."""
+    """Write the JSON to ``path`` and the Markdown table beside it (``.md``, or ``.md.md``); return both paths."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(to_json(report))
     md = path.with_suffix(".md")
+    if md == path:  # --out report.md: the table goes beside the JSON, not over it
+        md = path.with_name(path.name + ".md")
     md.write_text(markdown_table(report))
     return path, md
