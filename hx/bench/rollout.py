@@ -394,8 +394,8 @@ def round_s(seconds: float) -> float:
 async def round_outcomes(log: EventLog, run_id: str, round: int) -> list[AttemptOutcome]:
     """Every attempt verdict of one round, folded from the log through ``TaskHistory``.
 
-    Pass and infrastructure-failure state come from the projection (a repeated verdict
-    replaces the earlier one); scores and steps from the same ``AttemptFinished`` events.
+    Pass state comes from the projection (a repeated verdict replaces the earlier one);
+    status, scores and steps from the same ``AttemptFinished`` events (the last of each).
     """
     runner: ProjectionRunner[dict[str, TaskRound]] = ProjectionRunner(log, TaskHistory())
     finished: dict[tuple[str, int], AttemptFinished] = {}
@@ -409,8 +409,7 @@ async def round_outcomes(log: EventLog, run_id: str, round: int) -> list[Attempt
         for attempt, passed in tr.attempts.items():
             ev = finished[(tr.task, int(attempt))]
             out.append(AttemptOutcome(task_id=tr.task, attempt=int(attempt), passed=passed, score=ev.score,
-                                      steps=ev.steps,
-                                      status="infra_failure" if attempt in tr.infra_attempts else ev.status))
+                                      steps=ev.steps, status=ev.status))
     return out
 
 
