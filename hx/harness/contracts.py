@@ -39,9 +39,13 @@ def _within(path: str, allowed: tuple[str, ...]) -> bool:
     return any(path == a or path.startswith(a + ".") or path.startswith(a + "[") for a in allowed)
 
 
-def _whitelist(*allowed: str) -> Callable[[HookPayload, HookPayload], list[str]]:
-    def check(before: HookPayload, after: HookPayload) -> list[str]:
-        return [p for p in changed_paths(before, after) if not _within(p, allowed)]
+Rule = Callable[[HookPayload, HookPayload, list[str]], list[str]]
+"""A hook's contract: given both events and the paths that changed, the changes it does not permit."""
+
+
+def _whitelist(*allowed: str) -> Rule:
+    def check(before: HookPayload, after: HookPayload, changed: list[str]) -> list[str]:
+        return [p for p in changed if not _within(p, allowed)]
     return check
 
 
@@ -52,10 +56,10 @@ def _last_user(messages: tuple[Message, ...]) -> int | None:
     return None
 
 
-def _before_model(before: HookPayload, after: HookPayload) -> list[str]:
+def _before_model(before: HookPayload, after: HookPayload, changed: list[str]) -> list[str]:
     """Only the last user message's content may change, or exactly one user message be appended; and the route."""
     assert isinstance(before, BeforeModel) and isinstance(after, BeforeModel)
-    bad = [p for p in changed_paths(before, after) if not _within(p, ("messages", "route"))]
+    bad = [p for p in changed if not _within(p, ("messages", "route"))]
     old, new = before.messages, after.messages
     if len(new) == len(old) + 1 and new[:-1] == old:
         if new[-1].role != "user":
@@ -64,13 +68,15 @@ def _before_model(before: HookPayload, after: HookPayload) -> list[str]:
     if len(new) != len(old):
         return [*bad, "messages"]
     last = _last_user(old)
-    for path in changed_paths(old, new, "messages"):
+    for path in changed:  # same length: the message paths are per message, messages[i]...
+        if not _within(path, ("messages",)):
+            continue
         if last is None or path != f"messages[{last}].content":
             bad.append(path)
     return bad
 
 
-CONTRACTS: dict[HookName, Callable[[HookPayload, HookPayload], list[str]]] = {
+CONTRACTS: dict[HookName, Rule] = {
     "task_start": _whitelist("system_prompt", "tools"),
     "step_start": _whitelist("messages"),
     "before_model": _before_model,
@@ -99,7 +105,8 @@ def check_contract(processor: str, hook: HookName, before: HookPayload, after: H
     if type(after) is not type(before):
         raise ContractViolation(processor, hook, "<event type>",
                                 f"yielded {type(after).__name__}, expected {type(before).__name__}")
-    bad = CONTRACTS[hook](before, after)
+    changed = changed_paths(before, after)
+    bad = CONTRACTS[hook](before, after, changed)
     if bad:
         raise ContractViolation(processor, hook, bad[0], f"permitted: {PERMITTED[hook]}")
-    return changed_paths(before, after)
+    return changed

@@ -85,10 +85,11 @@ class HookPipeline:
                 raise ContractViolation(name, self.hook, mutated[0] if mutated else "<event>",
                                         "mutated its input event in place")
             for i, item in enumerate(produced):
-                changed = check_contract(name, self.hook, event, item)
+                # Passed through (the copy itself, just found equal, or an equal event): carry the original on,
+                # not the private copy, so later hooks and the tracer's conversation deltas meet the same
+                # message objects (an identity test, not ==).
+                changed = [] if item is given else check_contract(name, self.hook, event, item)
                 if not changed:
-                    # Passed through: carry the original on, not the private copy, so later hooks and the
-                    # tracer's conversation deltas meet the same message objects (an identity test, not ==).
                     produced[i] = event
                 fields += changed
         except ContractViolation as exc:
