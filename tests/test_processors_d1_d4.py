@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from hx.harness.config import HarnessConfig
-from hx.harness.errors import ContractViolation, Interrupt
+from hx.harness.errors import ContractViolation
 from hx.harness.processor import Processor, registered
 from hx.processors import (
     CostModelRouter,
@@ -32,7 +32,7 @@ from hx.processors import (
     VisitedStates,
 )
 from hx.processors.history_window import window
-from hx.processors.model_router import ROUTE_SUPPORTED, current_route
+from hx.processors.model_router import current_route
 from hx.processors.testing import KitFailure, check_processor, scenario
 from hx.processors.tool_call_corrector import closest_enum, coerce
 from hx.processors.visited_states import action_text
@@ -225,11 +225,6 @@ ROUTE_MODELS = ModelConfig(main="script:big", roles={"strong": "script:big", "ch
 async def test_step_model_router_routes_later_steps_to_another_role(nats_url: str) -> None:
     harness = HarnessConfig().attach("before_model", StepModelRouter(schedule=((1, "main"), (3, "cheap"))))
     run = await run_attempt(nats_url, harness, models=ROUTE_MODELS)
-    if not ROUTE_SUPPORTED:  # until BeforeModel.route lands, a routing decision stops the attempt loudly
-        assert run.result.status == "infra_failure" and "route" in run.result.reason
-        (trig,) = run.triggers("step_model_router")
-        assert trig.action == "interrupted" and trig.step == 3
-        return
     assert run.result.passed
     assert [(r.step, r.role, r.model) for r in run.requests()] == [
         (1, "main", "script:big"), (2, "main", "script:big"), (3, "cheap", "script:small"),
@@ -244,10 +239,6 @@ async def test_cost_model_router_switches_role_once_the_budget_is_spent(nats_url
     router = CostModelRouter(budget_tokens=300, role="cheap")
     harness = HarnessConfig().attach(["before_model", "after_model"], router)
     run = await run_attempt(nats_url, harness, models=ROUTE_MODELS)
-    if not ROUTE_SUPPORTED:
-        assert run.result.status == "infra_failure" and "route" in run.result.reason
-        assert run.triggers("cost_model_router")[-1].action == "interrupted"
-        return
     assert run.result.passed
     roles = [r.role for r in run.requests()]
     assert roles[:2] == ["main", "main"] and set(roles[2:]) == {"cheap"}
@@ -269,15 +260,11 @@ async def test_model_routers_pass_through_when_the_decision_is_main() -> None:
     assert await drive(CostModelRouter(budget_tokens=10**9), event) == [event]
 
 
-async def test_model_router_sets_the_route_or_refuses_loudly() -> None:
+async def test_model_router_sets_the_route() -> None:
     event = BeforeModel(step=3, messages=(Message(role="user", content="hi"),))
     router = StepModelRouter(schedule=((1, "main"), (3, "strong")))
-    if ROUTE_SUPPORTED:
-        (out,) = await drive(router, event)
-        assert current_route(out) == "strong"
-    else:
-        with pytest.raises(Interrupt, match="route"):
-            await drive(router, event)
+    (out,) = await drive(router, event)
+    assert current_route(out) == "strong"
 
 
 async def test_cost_model_router_accounts_tokens_and_dollars() -> None:
@@ -644,10 +631,7 @@ async def test_contract_kit_passes_every_processor(proc: Processor, changes: set
 
 async def test_contract_kit_sees_a_routing_decision() -> None:
     report = await check_processor(StepModelRouter(schedule=((1, "main"), (2, "cheap"))))
-    if ROUTE_SUPPORTED:
-        assert report.changed == {"before_model"} and not report.interrupted
-    else:
-        assert report.interrupted == {"before_model"}
+    assert report.changed == {"before_model"} and not report.interrupted
 
 
 class _Renamer(Processor, kw_only=True, dict=True):

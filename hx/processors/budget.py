@@ -6,13 +6,12 @@ the run loop's ``max_steps`` bounds steps only. This processor keeps a running a
 and raises ``Interrupt`` (status ``interrupted``) before a model call or tool call
 that would go over a limit; an answer already received is never thrown away.
 
-Tokens and cost: when the after_model event carries the provider's usage
-(``USAGE_VISIBLE``, a read-only field) the reported counts and cost are used. A call
+Tokens and cost: when the after_model event carries the provider's usage (its
+read-only ``usage`` field) the reported counts and cost are used. A call
 that reports no usage (a provider that does not count) is estimated from the
 characters sent and received (``chars_per_token``), counting its whole prompt, as
 providers bill it. The token limit is checked against the prompt about to be sent, so
-the call that would cross it is not made. On an hx whose after_model has no usage
-field, asking for ``max_cost_usd`` is a build error, not a silently ignored limit.
+the call that would cross it is not made.
 """
 
 from __future__ import annotations
@@ -25,9 +24,6 @@ import msgspec
 from hx.harness.errors import Interrupt
 from hx.harness.processor import POST, Processor
 from schemas.hooks import AfterModel, BeforeModel, BeforeTool
-
-USAGE_VISIBLE = "usage" in AfterModel.__struct_fields__
-"""Whether this hx's after_model event carries the provider's token usage (older ones did not)."""
 
 _encode = msgspec.json.Encoder().encode
 
@@ -46,7 +42,7 @@ class Budget(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omi
     max_tokens: int = 0
     """Prompt plus completion tokens over the attempt (estimated unless usage is visible)."""
     max_cost_usd: float = 0.0
-    """Needs provider usage on after_model (see ``USAGE_VISIBLE``)."""
+    """Counted from the usage providers report on after_model."""
     chars_per_token: float = 4.0
     """Characters per token for the estimate."""
 
@@ -55,8 +51,6 @@ class Budget(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omi
             raise ValueError("budget limits must be >= 0 (0: no limit)")
         if self.chars_per_token <= 0:
             raise ValueError("chars_per_token must be positive")
-        if self.max_cost_usd and not USAGE_VISIBLE:
-            raise ValueError("max_cost_usd needs AfterModel.usage, which this hx does not provide")
         self._calls = 0
         self._tools = 0
         self._tokens = 0.0
@@ -88,8 +82,8 @@ class Budget(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omi
                 raise self._over("cost (USD)", self._cost, self.max_cost_usd)
         elif isinstance(event, AfterModel):
             self._calls += 1
-            usage = getattr(event, "usage", None)
-            if usage is not None and (usage.input_tokens or usage.output_tokens):
+            usage = event.usage
+            if usage.input_tokens or usage.output_tokens:
                 self._tokens += usage.input_tokens + usage.output_tokens
                 self._cost += usage.cost_usd
             else:

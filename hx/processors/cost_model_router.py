@@ -22,7 +22,7 @@ import msgspec
 from hx.harness.processor import NORMAL, Processor
 from hx.processors.model_router import DEFAULT_ROLE, with_route
 from schemas.hooks import AfterModel, BeforeModel
-from schemas.messages import Message, ToolCall, ToolSchema, Usage
+from schemas.messages import Message, ToolCall, ToolSchema
 
 _encode = msgspec.json.Encoder().encode
 
@@ -101,14 +101,14 @@ class CostModelRouter(Processor, kw_only=True, dict=True, forbid_unknown_fields=
         """Route at before_model; account the answer at after_model (which passes through)."""
         s = self._spend
         if isinstance(event, BeforeModel):
-            routed = with_route(event, self.role if self.over_budget() else self.initial_role, self.type_name())
+            routed = with_route(event, self.role if self.over_budget() else self.initial_role)
             s.pending_prompt = self._prompt_tokens(event.messages, event.tools)
             s.tokens += s.pending_prompt
             yield routed
             return
-        usage = getattr(event, "usage", None)
+        usage = event.usage
         price = self.usd_per_mtok.get(event.model, self.default_usd_per_mtok)
-        if isinstance(usage, Usage) and (usage.input_tokens or usage.output_tokens):
+        if usage.input_tokens or usage.output_tokens:
             s.tokens += usage.input_tokens + usage.output_tokens - s.pending_prompt
             s.usd += usage.cost_usd or (usage.input_tokens + usage.output_tokens) * price / 1e6
         else:

@@ -123,10 +123,8 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         if event.stop_reason:
             span.set_attribute("gen_ai.response.finish_reasons", (event.stop_reason,))
         span.set_attribute("hx.tool_calls", len(event.tool_calls))
-        usage = getattr(event, "usage", None)
-        if usage is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        span.set_attribute("gen_ai.usage.input_tokens", event.usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", event.usage.output_tokens)
         span.end()
 
     def _start_tool(self, event: BeforeTool) -> None:

@@ -80,7 +80,7 @@ class RlRecords(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
                 group=self._task, task_id=self._task, turn=len(self._turns), step=event.step, model=event.model,
                 prompt=self._prompt, tools=self._tools,
                 completion=Message(role="assistant", content=event.content, tool_calls=event.tool_calls),
-                logprobs=tuple(getattr(event, "logprobs", ())), source="hooks"))
+                source="hooks"))  # log-probs live on model.response, which hooks do not see
         else:
             self._write(event)
         yield event

@@ -9,8 +9,8 @@ model to verify the draft against the task and either repeat the final answer or
 it. The next answer without tool calls ends the attempt as usual (after
 ``max_checks`` checks the answer stands).
 
-With ``offer=True`` the ``self_check`` tool is also offered to the model at task_start
-(where the run loop permits it, ``TOOLS_OFFERABLE``), so providers that require every
+With ``offer=True`` the ``self_check`` tool is also offered to the model at task_start,
+so providers that require every
 call to name an offered tool accept the history, and the model may ask for the
 checklist on its own.
 
@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from hx.harness.processor import POST, Processor
 from hx.processors import virtual_tool
-from hx.processors.virtual_tool import TOOLS_OFFERABLE, VirtualCalls
+from hx.processors.virtual_tool import VirtualCalls
 from schemas.hooks import AfterModel, AfterTool, BeforeTool, TaskStart
 from schemas.messages import ToolSchema
 
@@ -53,11 +53,9 @@ class SelfCheck(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     last_step: int = 0
     """The last step at which a check may start (0: any); keep it below the run's ``max_steps``."""
     offer: bool = False
-    """Offer the tool to the model at task_start (needs ``TOOLS_OFFERABLE``)."""
+    """Offer the tool to the model at task_start."""
 
     def __post_init__(self) -> None:
-        if self.offer and not TOOLS_OFFERABLE:
-            raise ValueError("offer=True needs a run loop whose task_start lets processors change the tools")
         schema = ToolSchema(name=self.tool, description="Get a checklist to verify your draft answer before you "
                             "finish. It has no side effects.",
                             input_schema={"type": "object", "properties": {"draft": {"type": "string"}}})

@@ -52,4 +52,4 @@ class StepModelRouter(Processor, kw_only=True, dict=True, forbid_unknown_fields=
 
     async def process(self, event: BeforeModel | AfterModel) -> AsyncIterator[BeforeModel | AfterModel]:
         """Set the route to the scheduled role at before_model; pass after_model through."""
-        yield with_route(event, self.role_at(event.step), self.type_name()) if isinstance(event, BeforeModel) else event
+        yield with_route(event, self.role_at(event.step)) if isinstance(event, BeforeModel) else event

@@ -13,8 +13,8 @@ is answered by the processor itself, never executed:
 
 All three changes are made by the processor, so the log attributes each to it
 (``ProcessorTriggered``). The tool is not among those offered to the model unless the
-processor offers it at task_start (``offer``), which needs a run loop whose task_start
-contract lets processors change the offered tools (``TOOLS_OFFERABLE``). OpenAI-style
+processor offers it at task_start (``offer``; the task_start contract permits changing
+the offered tools). OpenAI-style
 APIs accept an unoffered call in the history; a provider that insists every call names
 an offered tool needs the tool offered. Once offered, the model may also call the tool
 itself; such calls are answered with ``default_answer``.
@@ -26,16 +26,12 @@ from typing import Any
 
 import msgspec
 
-from hx.harness.contracts import CONTRACTS
 from schemas.hooks import AfterModel, AfterTool, BeforeTool, TaskStart
-from schemas.messages import TaskSpec, ToolCall, ToolSchema
+from schemas.messages import ToolCall, ToolSchema
 
 HOOKS = ("after_model", "before_tool", "after_tool")
 """The hooks a processor answering its own calls must be attached at."""
 
-_PROBE = TaskStart(task=TaskSpec(id="probe", instruction=""))
-TOOLS_OFFERABLE = not CONTRACTS["task_start"](_PROBE, msgspec.structs.replace(_PROBE, tools=(ToolSchema(name="p"),)))
-"""Whether this hx lets a task_start processor change the tools offered to the model."""
 
 
 class VirtualCalls:
