@@ -92,12 +92,11 @@ class RunLoop:
         """
         async with self._log() as log:
             subject = trace_subject(run_id, round, task.spec.id, attempt)
-            fresh_log = self.writer is None and log is not None and self.harness.slots.tracer != "none"
-            if fresh_log and log is not None and await log.last_subject_seq(subject) > 0:
+            trace_log = log if self.harness.slots.tracer != "none" else None
+            if self.writer is None and trace_log is not None and await trace_log.last_subject_seq(subject) > 0:
                 raise AttemptExists(f"attempt {attempt} of task {task.spec.id!r} in run {run_id!r} round {round} "
                                     "is already on the log; use another run id or attempt number")
-            writer = self.writer or (NullWriter() if log is None or self.harness.slots.tracer == "none"
-                                     else LogWriter(log))
+            writer = self.writer or (LogWriter(trace_log) if trace_log is not None else NullWriter())
             router = ModelRouter(self.models, log=log)
             tracer = AttemptTracer(writer, subject)
             try:
@@ -166,9 +165,7 @@ class _Attempt:
             status, reason = "interrupted", str(exc)
         except ProviderError as exc:
             status, reason = "infra_failure", f"model call failed: {exc}"
-        except HxError as exc:
-            status, reason = "infra_failure", f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # noqa: BLE001 - an environment crash is recorded as an infrastructure failure
+        except Exception as exc:  # noqa: BLE001 - an environment crash (or any HxError) is an infrastructure failure
             status, reason = "infra_failure", f"{type(exc).__name__}: {exc}"
         finally:
             with contextlib.suppress(Exception):
@@ -226,7 +223,8 @@ class _Attempt:
             tool = self.tools.get(schema.name)
             current = tool.schema if tool is not None else schema
             out.append(current if current != at_start.get(schema.name, current) else schema)
-        return tuple(out)
+        # Unchanged: the same tuple, step after step, so consumers can cache by identity (the random provider).
+        return offered if all(a is b for a, b in zip(out, offered, strict=True)) else tuple(out)
 
     async def _step(self, step: int, history: tuple[Message, ...],
                     tools: tuple[ToolSchema, ...]) -> tuple[tuple[Message, ...], bool]:
