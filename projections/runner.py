@@ -98,7 +98,7 @@ class ProjectionRunner(Generic[S]):
                     progress(record.seq, stop)
         if self.position[0] < stop:
             # Messages after the last matching one were filtered out: the runner has still seen them.
-            self.position = (stop, 0) if stop > self.position[0] else self.position
+            self.position = (stop, 0)
         await self.checkpoint()
         return self.state
 

@@ -15,7 +15,7 @@ import json
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import msgspec
 import tomli_w
@@ -85,6 +85,10 @@ def _attachment(hooks: tuple[HookName, ...], processor: Processor) -> Attachment
                 f"processor {cls.type_name()!r} cannot attach to {hook!r}: its process() accepts "
                 f"{', '.join(accepted)} events")
     return Attachment(type=cls.type_name(), hooks=hooks, params=processor.params())
+
+
+_FORMATS: dict[str, Format] = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
+"""The config format each file suffix names."""
 
 
 class HarnessConfig:
@@ -267,18 +271,17 @@ class HarnessConfig:
     def load(cls, path: str | Path) -> HarnessConfig:
         """Read a config file; the format follows the suffix (.json, .yaml/.yml, .toml)."""
         p = Path(path)
-        fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}.get(p.suffix.lower())
+        fmt = _FORMATS.get(p.suffix.lower())
         if fmt is None:
             raise CompositionError(f"{p}: unknown config suffix {p.suffix!r}; use .json, .yaml or .toml")
         try:
             text = p.read_text()
         except OSError as exc:
             raise CompositionError(f"cannot read harness config {p}: {exc.strerror}") from None
-        return cls.loads(text, cast(Format, fmt), where=str(p))
+        return cls.loads(text, fmt, where=str(p))
 
     def save(self, path: str | Path) -> Path:
         """Write the config to ``path`` in the format its suffix names."""
         p = Path(path)
-        fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}.get(p.suffix.lower(), "yaml")
-        p.write_text(self.dumps(cast(Format, fmt)))
+        p.write_text(self.dumps(_FORMATS.get(p.suffix.lower(), "yaml")))
         return p
