@@ -138,8 +138,8 @@ async def follow_records(event_log: EventLog, stream: str, *, start: int, subjec
                 next_seq = record.seq + 1  # a fetch fails between messages, never inside a frame
                 yield record
         except TimeoutError:
-            # EventLog.subscribe lets nats-py's bare asyncio.TimeoutError out of an idle fetch
-            # (it only catches nats.errors.TimeoutError); subscribe again from where it stopped.
+            # An idle fetch's timeout is handled inside EventLog.subscribe; one creating or inspecting
+            # the consumer (a busy or restarting server) still gets out: subscribe again from here.
             log.debug("subscription timed out while idle; resubscribing", stream=stream, start=next_seq)
 
 

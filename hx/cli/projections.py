@@ -149,7 +149,7 @@ async def _run(app: App, name: str, follow: bool, checkpoint_every: int) -> None
                         await runner.follow()
                         break
                     except TimeoutError:
-                        # EventLog.subscribe lets an idle fetch's bare asyncio.TimeoutError out;
+                        # A timeout creating or inspecting the consumer gets out of EventLog.subscribe;
                         # the runner resumes from its position, so following again loses nothing.
                         log.debug("follow timed out while idle; following again", projection=name)
             finally:
