@@ -22,6 +22,7 @@ from schemas.event import Event, Payload, event_type, event_types
 from schemas.hooks import (
     HOOK_EVENT_TYPES,
     HOOK_NAMES,
+    HOOK_OF,
     AfterModel,
     AfterTool,
     AnyHook,
@@ -37,6 +38,7 @@ from schemas.hooks import (
     TaskStart,
 )
 from schemas.lifecycle import (
+    SCORED_STATUSES,
     AttemptFinished,
     AttemptStarted,
     AttemptStatus,
@@ -50,8 +52,8 @@ from schemas.model import ModelError, ModelRequest, ModelResponse
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned, VerifierScore
 
 __all__ = [
-    "FRAME_TYPE", "HOOK_EVENT_TYPES", "HOOK_NAMES", "HX_COUNT", "HX_SCHEMA_VERSION", "HX_TIME",
-    "HX_TYPE", "MSG_ID", "AfterModel", "AfterTool", "AnyHook", "AttemptFinished", "AttemptStarted",
+    "FRAME_TYPE", "HOOK_EVENT_TYPES", "HOOK_NAMES", "HOOK_OF", "HX_COUNT", "HX_SCHEMA_VERSION", "HX_TIME",
+    "HX_TYPE", "MSG_ID", "SCORED_STATUSES", "AfterModel", "AfterTool", "AnyHook", "AttemptFinished", "AttemptStarted",
     "AttemptStatus", "BeforeModel", "BeforeTool", "DecodeError", "EnvObservation", "Event", "HookName",
     "HookPayload", "HookRecord", "HxError", "Message", "ModelError", "ModelRequest", "ModelResponse",
     "Payload", "ProcessorTriggered", "Record", "RoundFinished", "RoundStarted", "RunFinished",

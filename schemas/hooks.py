@@ -104,6 +104,8 @@ HOOK_EVENT_TYPES: dict[str, type[HookPayload]] = {
     "after_model": AfterModel, "before_tool": BeforeTool, "after_tool": AfterTool,
     "step_end": StepEnd, "task_end": TaskEnd,
 }
+HOOK_OF: dict[type[HookPayload], HookName] = {HOOK_EVENT_TYPES[name]: name for name in HOOK_NAMES}
+"""The hook of each hook payload type."""
 
 
 class HookRecord(Event, frozen=True, kw_only=True):

@@ -7,6 +7,8 @@ from typing import Any, Literal
 from schemas.event import Event
 
 AttemptStatus = Literal["completed", "interrupted", "budget_exhausted", "infra_failure"]
+SCORED_STATUSES: tuple[AttemptStatus, ...] = ("completed", "budget_exhausted")
+"""Statuses whose verifier result stands: the attempt ran to its end or to its step budget."""
 
 
 class RunStarted(Event, frozen=True, kw_only=True):

@@ -19,13 +19,12 @@ from typing import Any, ClassVar, Union, get_args, get_origin
 import msgspec
 
 from hx.harness.errors import CompositionError
-from schemas.hooks import HOOK_EVENT_TYPES, HOOK_NAMES, HookName, HookPayload
+from schemas.hooks import HOOK_NAMES, HOOK_OF, HookName, HookPayload
 
 PRE = 0
 NORMAL = 50
 POST = 100
 
-_BY_EVENT: dict[type[HookPayload], HookName] = {HOOK_EVENT_TYPES[name]: name for name in HOOK_NAMES}
 _REGISTRY: dict[str, type[Processor]] = {}
 
 
@@ -89,7 +88,7 @@ def accepted_hooks(cls: type[Processor]) -> tuple[HookName, ...]:
     members = get_args(ann) if get_origin(ann) in (Union, types.UnionType) else (ann,)
     if any(m is Any or m is HookPayload for m in members):
         return HOOK_NAMES  # a generic processor (an observer) accepts every hook
-    hooks = [_BY_EVENT[m] for m in members if m in _BY_EVENT]
+    hooks = [HOOK_OF[m] for m in members if m in HOOK_OF]
     if len(hooks) != len(members):
         raise CompositionError(f"processor {cls.type_name()!r}: process() accepts {ann!r}, not hook event types")
     return tuple(hooks)

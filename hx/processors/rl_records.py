@@ -29,6 +29,7 @@ import msgspec
 from hx.harness.processor import POST, Processor
 from hx.processors.training_bridge import RLRecord
 from schemas.hooks import AfterModel, BeforeModel, TaskEnd, TaskStart
+from schemas.lifecycle import SCORED_STATUSES
 from schemas.messages import Message, ToolSchema
 
 _encoder = msgspec.json.Encoder()
@@ -55,7 +56,7 @@ class RlRecords(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     """What the reward is: the verifier's score, or 1.0 / 0.0 for passed."""
     only_passed: bool = False
     """Write only attempts that passed (rejection-sampling data)."""
-    statuses: tuple[str, ...] = ("completed", "budget_exhausted")
+    statuses: tuple[str, ...] = SCORED_STATUSES
     """Attempt statuses whose records are written (interrupted and failed ones are left out by default)."""
 
     def __post_init__(self) -> None:

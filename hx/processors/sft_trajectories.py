@@ -25,6 +25,7 @@ import msgspec
 
 from hx.harness.processor import POST, Processor
 from schemas.hooks import StepEnd, TaskEnd, TaskStart
+from schemas.lifecycle import SCORED_STATUSES
 from schemas.messages import Message, ToolSchema
 
 SftHook = TaskStart | StepEnd | TaskEnd
@@ -84,7 +85,7 @@ class SftTrajectories(Processor, kw_only=True, dict=True, forbid_unknown_fields=
         yield event
 
     def _qualifies(self, end: TaskEnd) -> bool:
-        return (bool(self._messages) and end.status in ("completed", "budget_exhausted")
+        return (bool(self._messages) and end.status in SCORED_STATUSES
                 and (end.passed or not self.only_passed) and end.score >= self.min_score)
 
     def _write(self, end: TaskEnd) -> None:

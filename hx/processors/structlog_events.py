@@ -20,21 +20,19 @@ import structlog
 
 from hx.harness.processor import POST, Processor
 from schemas.hooks import (
-    HOOK_EVENT_TYPES,
     HOOK_NAMES,
+    HOOK_OF,
     AfterModel,
     AfterTool,
+    AnyHook,
     BeforeModel,
     BeforeTool,
     StepEnd,
     StepStart,
-    TaskEnd,
     TaskStart,
 )
 
-AnyHook = TaskStart | StepStart | BeforeModel | AfterModel | BeforeTool | AfterTool | StepEnd | TaskEnd
 Level = Literal["debug", "info", "warning", "error"]
-_HOOK_OF = {cls: hook for hook, cls in HOOK_EVENT_TYPES.items()}
 
 
 def _clip(text: str, limit: int) -> str:
@@ -92,6 +90,6 @@ class StructlogEvents(Processor, kw_only=True, dict=True, forbid_unknown_fields=
 
     async def process(self, event: AnyHook) -> AsyncIterator[AnyHook]:
         """Log the event."""
-        self._log.log(self._level, "hook", hook=_HOOK_OF[type(event)],
+        self._log.log(self._level, "hook", hook=HOOK_OF[type(event)],
                       **summary(event, self.preview_chars if self.include_text else 0))
         yield event

@@ -36,7 +36,7 @@ import msgspec
 from schemas.envelope import Record
 from schemas.history import resolve
 from schemas.hooks import AfterModel, HookRecord
-from schemas.lifecycle import AttemptFinished, AttemptStarted
+from schemas.lifecycle import SCORED_STATUSES, AttemptFinished, AttemptStarted
 from schemas.messages import Message, TokenLogprob, ToolSchema
 from schemas.model import ModelRequest, ModelResponse
 from schemas.tools import VerifierScore
@@ -139,7 +139,7 @@ def _records(a: _Attempt, reward_field: RewardField) -> list[RLRecord]:
     assert a.started is not None
     st, fin = a.started, a.finished
     passed = fin.passed if fin is not None else False
-    value = _reward(a.score, reward_field) if fin is None or fin.status in ("completed", "budget_exhausted") else 0.0
+    value = _reward(a.score, reward_field) if fin is None or fin.status in SCORED_STATUSES else 0.0
     out = []
     for turn, (req, resp) in enumerate(a.turns):
         returned = a.after_model.get(resp.step, [])

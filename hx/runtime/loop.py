@@ -36,7 +36,7 @@ from schemas.hooks import (
     TaskEnd,
     TaskStart,
 )
-from schemas.lifecycle import AttemptFinished, AttemptStarted, AttemptStatus
+from schemas.lifecycle import SCORED_STATUSES, AttemptFinished, AttemptStarted, AttemptStatus
 from schemas.messages import Message, ToolCall, ToolResult, ToolSchema
 from schemas.tools import ToolInvoked, ToolReturned, VerifierScore
 from streams.connection import connect
@@ -170,13 +170,13 @@ class _Attempt:
         finally:
             with contextlib.suppress(Exception):
                 await self.task.close()
-        passed = score.passed and status in ("completed", "budget_exhausted")
+        passed = score.passed and status in SCORED_STATUSES
         end = TaskEnd(task_id=ctx.task_id, passed=passed, score=score.score, steps=self.steps, status=status)
         try:
             await self.pipes["task_end"].run(end, 0)
         except (Interrupt, ContractViolation) as exc:  # no warn-only mode, even for read-only observers
             why = exc.reason if isinstance(exc, Interrupt) else str(exc)
-            if status in ("completed", "budget_exhausted"):
+            if status in SCORED_STATUSES:
                 status, reason = "interrupted", why
             else:
                 reason = f"{reason}; then at task_end: {why}"
