@@ -37,6 +37,12 @@ def matches_any(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def selected(name: str, allow: Iterable[str], deny: Iterable[str] = ()) -> bool:
+    """True when ``name`` matches an ``allow`` glob (an empty ``allow`` admits every name) and no ``deny`` glob."""
+    allow = tuple(allow)
+    return (not allow or matches_any(name, allow)) and not matches_any(name, deny)
+
+
 def compile_patterns(patterns: Iterable[str], what: str) -> tuple[re.Pattern[str], ...]:
     """Compile regular expressions, naming the parameter in the error (raised when a processor is built)."""
     out = []

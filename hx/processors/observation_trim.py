@@ -16,7 +16,7 @@ from typing import ClassVar
 import msgspec
 
 from hx.harness.processor import NORMAL, Processor
-from hx.processors._hookutil import matches_any
+from hx.processors._hookutil import selected
 from schemas.hooks import AfterTool
 
 
@@ -64,7 +64,7 @@ class ObservationTrim(Processor, kw_only=True, dict=True, forbid_unknown_fields=
     async def process(self, event: AfterTool) -> AsyncIterator[AfterTool]:
         """Trim the result's output when it is too long."""
         result = event.result
-        if self.tools and not matches_any(event.call.name, self.tools):
+        if not selected(event.call.name, self.tools):
             yield event
             return
         output = self.trim(result.output)

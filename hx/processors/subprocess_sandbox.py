@@ -16,13 +16,13 @@ Attach with ``attach(SubprocessSandbox.HOOKS, SubprocessSandbox())``.
 from __future__ import annotations
 
 import ast
-import fnmatch
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
 import msgspec
 
 from hx.harness.processor import PRE, Processor
+from hx.processors._hookutil import matches_any
 from hx.processors.refusal import Refusals
 from schemas.hooks import AfterTool, BeforeTool
 
@@ -72,7 +72,7 @@ def code_violations(code: str, forbidden_modules: tuple[str, ...], forbidden_cal
             dynamic = name in ("__import__", "importlib.import_module", "import_module")
             if dynamic and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 modules = [node.args[0].value]
-            elif name and any(fnmatch.fnmatchcase(name, pattern) for pattern in forbidden_calls):
+            elif name and matches_any(name, forbidden_calls):
                 found.append(f"calls {name}()")
         for module in modules:
             banned = _covered(module, forbidden_modules)
@@ -111,7 +111,7 @@ class SubprocessSandbox(Processor, kw_only=True, dict=True, forbid_unknown_field
         if isinstance(event, AfterTool):
             yield self._refusals.explain(event)
             return
-        if not event.approved or not any(fnmatch.fnmatchcase(event.call.name, p) for p in self.tools):
+        if not event.approved or not matches_any(event.call.name, self.tools):
             yield event
             return
         code = event.call.input.get(self.code_field)

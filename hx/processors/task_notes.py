@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from hx.harness.processor import PRE, Processor
-from hx.processors._hookutil import NoteMode, add_user_note, compile_patterns, matches_any
+from hx.processors._hookutil import NoteMode, add_user_note, compile_patterns, selected
 from schemas.hooks import AfterTool, BeforeModel
 
 DEFAULT_PATTERNS = (
@@ -72,7 +72,7 @@ class TaskNotes(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     async def process(self, event: AfterTool | BeforeModel) -> AsyncIterator[AfterTool | BeforeModel]:
         """Collect at after_tool; re-inject at before_model."""
         if isinstance(event, AfterTool):
-            if not event.result.is_error and (not self.tools or matches_any(event.call.name, self.tools)):
+            if not event.result.is_error and selected(event.call.name, self.tools):
                 self.collect(event.result.output)
             yield event
             return

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from hx.harness.processor import NORMAL, Processor
-from hx.processors._hookutil import matches_any
+from hx.processors._hookutil import selected
 from schemas.hooks import BeforeModel, BeforeTool, TaskStart
 
 _MISSING = object()
@@ -144,7 +144,7 @@ class ToolCallCorrector(Processor, kw_only=True, dict=True, forbid_unknown_field
             self.learn(event)
             yield event
             return
-        if self.tools and not matches_any(event.call.name, self.tools):
+        if not selected(event.call.name, self.tools):
             yield event
             return
         fixed = self.correct(event.call.name, event.call.input)

@@ -18,7 +18,7 @@ from typing import ClassVar
 import msgspec
 
 from hx.harness.processor import NORMAL, Processor
-from hx.processors._hookutil import matches_any
+from hx.processors._hookutil import selected
 from schemas.hooks import TaskStart
 
 
@@ -36,7 +36,7 @@ class ToolFilter(Processor, kw_only=True, dict=True, forbid_unknown_fields=True,
 
     def offered(self, name: str) -> bool:
         """Whether a tool of this name stays on offer."""
-        return (not self.allow or matches_any(name, self.allow)) and not matches_any(name, self.deny)
+        return selected(name, self.allow, self.deny)
 
     async def process(self, event: TaskStart) -> AsyncIterator[TaskStart]:
         """Drop the tools the filter does not offer."""

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 import msgspec
 
 from hx.harness.processor import NORMAL, Processor
-from hx.processors._hookutil import matches_any
+from hx.processors._hookutil import selected
 from schemas.hooks import AfterTool, BeforeTool
 
 
@@ -40,7 +40,7 @@ class ToolWhitelist(Processor, kw_only=True, dict=True, forbid_unknown_fields=Tr
 
     def allowed(self, name: str) -> bool:
         """Whether a call to this tool may run."""
-        return (not self.allow or matches_any(name, self.allow)) and not matches_any(name, self.deny)
+        return selected(name, self.allow, self.deny)
 
     def explanation(self, name: str) -> str:
         """What the model is told about a refused call."""

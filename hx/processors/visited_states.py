@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from hx.harness.processor import NORMAL, Processor
-from hx.processors._hookutil import NoteMode, add_user_note, compile_patterns, matches_any, state_key
+from hx.processors._hookutil import NoteMode, add_user_note, compile_patterns, selected, state_key
 from schemas.hooks import AfterTool, BeforeModel
 from schemas.messages import ToolCall
 
@@ -86,7 +86,7 @@ class VisitedStates(Processor, kw_only=True, dict=True, forbid_unknown_fields=Tr
     async def process(self, event: AfterTool | BeforeModel) -> AsyncIterator[AfterTool | BeforeModel]:
         """Record the state a tool result shows (after_tool); add a note on a revisit (before_model)."""
         if isinstance(event, AfterTool):
-            if not event.result.is_error and (not self.tools or matches_any(event.call.name, self.tools)):
+            if not event.result.is_error and selected(event.call.name, self.tools):
                 if self._current is not None:
                     tried = self._tried.setdefault(self._current, [])
                     action = action_text(event.call)
