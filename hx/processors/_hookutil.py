@@ -1,4 +1,4 @@
-"""Small helpers shared by the D1-D4 processors: user notes at before_model, glob lists, state keys."""
+"""Small helpers shared by processors: user notes at before_model, glob lists, state keys, JSONL output."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import fnmatch
 import hashlib
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Literal
 
 import msgspec
@@ -57,3 +58,11 @@ def compile_patterns(patterns: Iterable[str], what: str) -> tuple[re.Pattern[str
 def state_key(text: str) -> str:
     """A short stable digest of a text (for remembering observations without storing them twice)."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def append_lines(path: str | Path, lines: bytes) -> None:
+    """Append encoded lines to ``path`` (its folder made if missing) in one write, so writers never interleave."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("ab") as fh:
+        fh.write(lines)

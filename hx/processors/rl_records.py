@@ -27,6 +27,7 @@ from typing import ClassVar, Literal
 import msgspec
 
 from hx.harness.processor import POST, Processor
+from hx.processors._hookutil import append_lines
 from hx.processors.training_bridge import RLRecord
 from schemas.hooks import AfterModel, BeforeModel, TaskEnd, TaskStart
 from schemas.lifecycle import SCORED_STATUSES
@@ -94,8 +95,5 @@ class RlRecords(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         lines = b"".join(_encoder.encode(msgspec.structs.replace(
             t, reward=value, passed=end.passed, status=end.status, task_id=end.task_id or t.task_id,
             group=end.task_id or t.group)) + b"\n" for t in turns)
-        target = Path(self.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("ab") as fh:  # one write per attempt: attempts of one process never interleave lines
-            fh.write(lines)
+        append_lines(self.path, lines)  # one write per attempt: attempts of one process never interleave lines
         self.written = len(turns)

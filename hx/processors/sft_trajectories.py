@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from hx.harness.processor import POST, Processor
+from hx.processors._hookutil import append_lines
 from schemas.hooks import StepEnd, TaskEnd, TaskStart
 from schemas.lifecycle import SCORED_STATUSES
 from schemas.messages import Message, ToolSchema
@@ -92,8 +93,5 @@ class SftTrajectories(Processor, kw_only=True, dict=True, forbid_unknown_fields=
         messages = [chat_message(m) for m in self._messages if self.include_system or m.role != "system"]
         line = msgspec.json.encode({"messages": messages, "tools": [chat_tool(t) for t in self._tools],
                                     "task_id": end.task_id, "score": end.score, "passed": end.passed})
-        target = Path(self.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("ab") as fh:
-            fh.write(line + b"\n")
+        append_lines(self.path, line + b"\n")
         self.written = True
