@@ -180,18 +180,16 @@ async def run_python(code: str, workspace: Path, limits: SandboxLimits, *,
     """Run ``code`` in a limited subprocess with ``workspace`` as its directory."""
     mode = limits.network
     prefix: tuple[str, ...] = ()
-    guard = False
     if mode in ("auto", "unshare"):
-        found = unshare_prefix()
+        # Probing runs up to two subprocesses (once per process, cached): not on the event loop.
+        found = await asyncio.to_thread(unshare_prefix)
         if found is not None:
             prefix, mode = found, "unshare"
         elif mode == "unshare":
             raise RuntimeError("network='unshare' was asked for, but 'unshare --net' is not permitted here")
         else:
             mode = "guard"
-    if mode == "guard":
-        guard = True
-    bootstrap = (_GUARD if guard else "") + _RUN
+    bootstrap = (_GUARD if mode == "guard" else "") + _RUN
     cpu_s = max(1, math.ceil(limits.timeout_s))
     proc = await asyncio.create_subprocess_exec(
         *prefix, python, "-I", "-c", bootstrap,
