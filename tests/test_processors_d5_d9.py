@@ -300,7 +300,7 @@ def test_code_policy_finds_escape_hatches() -> None:
 
 
 async def test_subprocess_sandbox_refuses_and_clamps_inside_a_run(nats_url: str) -> None:
-    harness = HarnessConfig().attach(SubprocessSandbox.HOOKS, SubprocessSandbox(max_timeout_s=1.0,
+    harness = HarnessConfig().attach(SubprocessSandbox.accepted_hooks(), SubprocessSandbox(max_timeout_s=1.0,
                                                                                 max_code_chars=200))
     task = DemoTask([PythonSandboxTool(limits=LIMITS)])
     [result], records = await run(nats_url, harness, task, [
@@ -326,7 +326,7 @@ async def test_subprocess_sandbox_refuses_and_clamps_inside_a_run(nats_url: str)
 
 
 async def test_self_check_makes_the_agent_verify_before_finishing(nats_url: str) -> None:
-    harness = HarnessConfig().attach(SelfCheck.HOOKS, SelfCheck())
+    harness = HarnessConfig().attach(SelfCheck.accepted_hooks(), SelfCheck())
     task = DemoTask([add_tool()], expected="42")
     script = [answer("41"), answer("42")]
     [result], records = await run(nats_url, harness, task, script)
@@ -343,7 +343,7 @@ async def test_self_check_makes_the_agent_verify_before_finishing(nats_url: str)
 
 
 async def test_self_check_can_offer_its_tool(nats_url: str) -> None:
-    harness = HarnessConfig().attach(SelfCheck.HOOKS, SelfCheck(offer=True))
+    harness = HarnessConfig().attach(SelfCheck.accepted_hooks(), SelfCheck(offer=True))
     task = DemoTask([add_tool()], expected="42")
     [result], records = await run(nats_url, harness, task, [
         call("mine", "self_check", draft="42"), answer("42"), answer("42")])
@@ -362,7 +362,7 @@ def judge_options(*verdicts: str) -> dict[str, dict[str, Any]]:
 async def test_llm_judge_sends_a_rejected_answer_back(nats_url: str) -> None:
     judge = LlmJudge(model="script:judge", provider_options=judge_options(
         "VERDICT: FAIL\nThe task asks for Celsius.", "VERDICT: PASS\nCorrect."))
-    harness = HarnessConfig().attach(LlmJudge.HOOKS, judge)
+    harness = HarnessConfig().attach(LlmJudge.accepted_hooks(), judge)
     task = DemoTask(instruction="Body temperature in Celsius?", expected="37 C")
     [result], records = await run(nats_url, harness, task, [answer("98.6 F"), answer("37 C")])
     assert (result.passed, result.steps) == (True, 2)
@@ -375,17 +375,17 @@ async def test_llm_judge_sends_a_rejected_answer_back(nats_url: str) -> None:
 async def test_llm_judge_lets_the_answer_stand_after_max_rejections(nats_url: str) -> None:
     judge = LlmJudge(model="script:judge", max_rejections=1,
                      provider_options=judge_options("VERDICT: FAIL\nno", "VERDICT: FAIL\nstill no"))
-    harness = HarnessConfig().attach(LlmJudge.HOOKS, judge)
+    harness = HarnessConfig().attach(LlmJudge.accepted_hooks(), judge)
     [result], records = await run(nats_url, harness, DemoTask(), [answer("a"), answer("b"), answer("c")])
     assert (result.steps, result.final_answer) == (2, "b")
     assert len([e for e in returned(records, AfterTool) if e.call.name == "judge_feedback"]) == 1
 
 
 async def test_a_broken_judge_fails_open_or_stops_the_attempt(nats_url: str) -> None:
-    open_ = HarnessConfig().attach(LlmJudge.HOOKS, LlmJudge(model="nowhere:judge"))
+    open_ = HarnessConfig().attach(LlmJudge.accepted_hooks(), LlmJudge(model="nowhere:judge"))
     [result], _ = await run(nats_url, open_, DemoTask(), [answer("a")])
     assert (result.status, result.steps) == ("completed", 1)
-    closed = HarnessConfig().attach(LlmJudge.HOOKS, LlmJudge(model="nowhere:judge", fail_open=False))
+    closed = HarnessConfig().attach(LlmJudge.accepted_hooks(), LlmJudge(model="nowhere:judge", fail_open=False))
     [result], records = await run(nats_url, closed, DemoTask(), [answer("a")])
     assert result.status == "infra_failure" and "the judge model failed" in result.reason
     assert events(records, AttemptFinished)[-1].status == "infra_failure"
@@ -401,7 +401,7 @@ def test_verdict_parsing() -> None:
 
 
 async def test_loop_detector_warns_then_interrupts(nats_url: str) -> None:
-    harness = HarnessConfig().attach(LoopDetector.HOOKS, LoopDetector(warn_after=3, interrupt_after=5))
+    harness = HarnessConfig().attach(LoopDetector.accepted_hooks(), LoopDetector(warn_after=3, interrupt_after=5))
     script = [call(f"c{i}", "look", direction="north") for i in range(10)]
     [result], records = await run(nats_url, harness, DemoTask([echo_tool()]), script)
     assert result.status == "interrupted" and result.steps == 6
@@ -418,7 +418,7 @@ async def test_loop_detector_warns_then_interrupts(nats_url: str) -> None:
 async def test_loop_detector_sees_cycles_and_ignores_progress(nats_url: str) -> None:
     assert repeats(["a", "b", "a", "b", "a", "b"], 3) == (3, 2)
     assert repeats(["a", "b", "c"], 3) == (1, 1)
-    harness = HarnessConfig().attach(LoopDetector.HOOKS, LoopDetector(warn_after=3, interrupt_after=3))
+    harness = HarnessConfig().attach(LoopDetector.accepted_hooks(), LoopDetector(warn_after=3, interrupt_after=3))
     counter = iter(range(100))
     tool = FunctionTool(ToolSchema(name="look"), lambda **_: f"tick {next(counter)}")  # the world changes
     [result], _ = await run(nats_url, harness, DemoTask([tool]),
@@ -427,7 +427,7 @@ async def test_loop_detector_sees_cycles_and_ignores_progress(nats_url: str) -> 
 
 
 async def test_budget_interrupts_at_the_tool_call_limit(nats_url: str) -> None:
-    harness = HarnessConfig().attach(Budget.HOOKS, Budget(max_tool_calls=2))
+    harness = HarnessConfig().attach(Budget.accepted_hooks(), Budget(max_tool_calls=2))
     seen: list[dict[str, Any]] = []
     [result], records = await run(nats_url, harness, DemoTask([echo_tool(log=seen)]),
                                   [call(f"c{i}", "look", n=i) for i in range(5)])
@@ -438,13 +438,13 @@ async def test_budget_interrupts_at_the_tool_call_limit(nats_url: str) -> None:
 
 async def test_budget_interrupts_before_a_model_call_over_the_token_limit(nats_url: str) -> None:
     big = "x" * 4000  # about 1000 tokens per observation
-    harness = HarnessConfig().attach(Budget.HOOKS, Budget(max_tokens=2500))
+    harness = HarnessConfig().attach(Budget.accepted_hooks(), Budget(max_tokens=2500))
     [result], records = await run(nats_url, harness, DemoTask([echo_tool(output=big)]),
                                   [call(f"c{i}", "look", n=i) for i in range(6)])
     assert result.status == "interrupted" and result.reason.startswith("budget: token limit of 2500 reached")
     # the first prompt is tiny, the second carries one big observation: the third would pass the limit
     assert len(events(records, ModelRequest)) == 2 and result.steps == 3
-    calls = HarnessConfig().attach(Budget.HOOKS, Budget(max_model_calls=1))
+    calls = HarnessConfig().attach(Budget.accepted_hooks(), Budget(max_model_calls=1))
     [result], _ = await run(nats_url, calls, DemoTask([echo_tool()]), [call("a", "look"), answer("x")])
     assert result.reason == "budget: model call limit of 1 reached (1 used)"
 
@@ -454,7 +454,7 @@ USAGE = {"input_tokens": 100, "output_tokens": 20, "cost_usd": 0.01}
 
 async def test_budget_cost_limit_uses_the_providers_usage(nats_url: str) -> None:
     budget = Budget(max_cost_usd=0.015, max_tokens=1000)
-    harness = HarnessConfig().attach(Budget.HOOKS, budget)
+    harness = HarnessConfig().attach(Budget.accepted_hooks(), budget)
     script = [{**call(f"c{i}", "look"), "usage": USAGE} for i in range(5)]
     [result], records = await run(nats_url, harness, DemoTask([echo_tool()]), script)
     assert (result.status, result.reason) == ("interrupted", "budget: cost (USD) limit of 0.015 reached (0.02 used)")
@@ -464,7 +464,7 @@ async def test_budget_cost_limit_uses_the_providers_usage(nats_url: str) -> None
 async def test_risky_tool_approval_refuses_destructive_calls(nats_url: str) -> None:
     ran: list[dict[str, Any]] = []
     policy = RiskyToolApproval(allow=(r"^rm -rf \./build$",), risky_tools=("drop_*",))
-    harness = HarnessConfig().attach(RiskyToolApproval.HOOKS, policy)
+    harness = HarnessConfig().attach(RiskyToolApproval.accepted_hooks(), policy)
     task = DemoTask([echo_tool("bash", "ok", log=ran), echo_tool("drop_db", "dropped", log=ran)])
     [result], records = await run(nats_url, harness, task, [
         call("a", "bash", cmd="rm -rf /home/user"),
@@ -502,7 +502,7 @@ def span_exporter() -> InMemorySpanExporter:
 
 async def test_otel_spans_follow_the_genai_conventions(nats_url: str, span_exporter: InMemorySpanExporter) -> None:
     span_exporter.clear()
-    harness = HarnessConfig().attach(OtelSpans.HOOKS, OtelSpans(agent_name="demo-agent"))
+    harness = HarnessConfig().attach(OtelSpans.accepted_hooks(), OtelSpans(agent_name="demo-agent"))
     [result], _ = await run(nats_url, harness, DemoTask([add_tool()], expected="3"),
                             [{**call("c1", "add", a=1, b=2), "usage": USAGE}, answer("3")])
     assert result.passed
@@ -539,8 +539,8 @@ def _ctx(span: ReadableSpan) -> Any:
 
 async def test_otel_spans_mark_an_interrupted_attempt(nats_url: str, span_exporter: InMemorySpanExporter) -> None:
     span_exporter.clear()
-    harness = (HarnessConfig().attach(OtelSpans.HOOKS, OtelSpans())
-               .attach(Budget.HOOKS, Budget(max_tool_calls=1)))
+    harness = (HarnessConfig().attach(OtelSpans.accepted_hooks(), OtelSpans())
+               .attach(Budget.accepted_hooks(), Budget(max_tool_calls=1)))
     [result], _ = await run(nats_url, harness, DemoTask([echo_tool()]), [call("a", "look"), call("b", "look")])
     assert result.status == "interrupted"
     spans = {s.name: s for s in span_exporter.get_finished_spans()}
@@ -550,7 +550,7 @@ async def test_otel_spans_mark_an_interrupted_attempt(nats_url: str, span_export
 
 
 async def test_structlog_events_log_every_hook(nats_url: str) -> None:
-    harness = HarnessConfig().attach(StructlogEvents.HOOKS, StructlogEvents(level="debug"))
+    harness = HarnessConfig().attach(StructlogEvents.accepted_hooks(), StructlogEvents(level="debug"))
     with structlog.testing.capture_logs() as logs:
         [result], _ = await run(nats_url, harness, DemoTask([add_tool()]), [call("c1", "add", a=1, b=2),
                                                                           answer("3")])
@@ -570,7 +570,7 @@ LOGPROBS = [{"token": "3", "logprob": -0.25}]
 
 
 async def test_training_bridge_builds_rl_records_from_the_log(nats_url: str) -> None:
-    harness = HarnessConfig().attach(SelfCheck.HOOKS, SelfCheck())
+    harness = HarnessConfig().attach(SelfCheck.accepted_hooks(), SelfCheck())
     script = [{**call("c1", "add", a=1, b=2), "logprobs": [{"token": "<call>", "logprob": -0.5}]},
               answer("3", logprobs=LOGPROBS), answer("3", logprobs=LOGPROBS)]
     [result], records = await run(nats_url, harness, DemoTask([add_tool()], expected="3"), script,
@@ -607,7 +607,7 @@ async def test_group_advantages_compare_attempts_of_one_task(nats_url: str) -> N
 
 
 async def test_interrupted_attempts_get_no_reward(nats_url: str) -> None:
-    harness = HarnessConfig().attach(Budget.HOOKS, Budget(max_model_calls=1))
+    harness = HarnessConfig().attach(Budget.accepted_hooks(), Budget(max_model_calls=1))
     _, records = await run(nats_url, harness, DemoTask([add_tool()]), [call("c1", "add", a=1, b=2), answer("3")])
     [rec] = attempt_to_rl_records(records)
     assert (rec.status, rec.reward, rec.passed) == ("interrupted", 0.0, False)
@@ -615,7 +615,7 @@ async def test_interrupted_attempts_get_no_reward(nats_url: str) -> None:
 
 async def test_rl_records_processor_writes_the_same_turns(nats_url: str, tmp_path: Path) -> None:
     path = tmp_path / "out" / "rl.jsonl"
-    harness = HarnessConfig().attach(RlRecords.HOOKS, RlRecords(path=str(path)))
+    harness = HarnessConfig().attach(RlRecords.accepted_hooks(), RlRecords(path=str(path)))
     script = [call("c1", "add", a=1, b=2), answer("3")]
     task = DemoTask([add_tool()], expected="3")
     results, records = await run(nats_url, harness, task, script, attempts=2)
@@ -631,14 +631,14 @@ async def test_rl_records_processor_writes_the_same_turns(nats_url: str, tmp_pat
 
 async def test_rl_records_can_keep_only_passed_attempts(nats_url: str, tmp_path: Path) -> None:
     path = tmp_path / "rl.jsonl"
-    harness = HarnessConfig().attach(RlRecords.HOOKS, RlRecords(path=str(path), only_passed=True))
+    harness = HarnessConfig().attach(RlRecords.accepted_hooks(), RlRecords(path=str(path), only_passed=True))
     [result], _ = await run(nats_url, harness, DemoTask(expected="yes"), [answer("no")])
     assert not result.passed and not path.exists()
 
 
 async def test_sft_trajectories_exports_passed_conversations(nats_url: str, tmp_path: Path) -> None:
     path = tmp_path / "sft.jsonl"
-    harness = HarnessConfig().attach(SftTrajectories.HOOKS, SftTrajectories(path=str(path)))
+    harness = HarnessConfig().attach(SftTrajectories.accepted_hooks(), SftTrajectories(path=str(path)))
     task = DemoTask([add_tool()], expected="3", instruction="What is 1 + 2?")
     await run(nats_url, harness, task, [call("c1", "add", a=1, b=2), answer("3")])
     await run(nats_url, harness, DemoTask([add_tool()], expected="3"), [answer("5")])  # failed: not exported
@@ -657,14 +657,14 @@ async def test_processors_compose_in_one_harness(nats_url: str, tmp_path: Path,
     harness = HarnessConfig()
     for hooks, proc in [
         (["task_start", "task_end"], AttemptWorkspace(root=str(tmp_path / "ws"))),
-        (SubprocessSandbox.HOOKS, SubprocessSandbox()),
-        (RiskyToolApproval.HOOKS, RiskyToolApproval()),
-        (LoopDetector.HOOKS, LoopDetector()),
-        (Budget.HOOKS, Budget(max_model_calls=10)),
-        (SelfCheck.HOOKS, SelfCheck()),
-        (OtelSpans.HOOKS, OtelSpans()),
-        (StructlogEvents.HOOKS, StructlogEvents()),
-        (RlRecords.HOOKS, RlRecords(path=str(tmp_path / "rl.jsonl"))),
+        (SubprocessSandbox.accepted_hooks(), SubprocessSandbox()),
+        (RiskyToolApproval.accepted_hooks(), RiskyToolApproval()),
+        (LoopDetector.accepted_hooks(), LoopDetector()),
+        (Budget.accepted_hooks(), Budget(max_model_calls=10)),
+        (SelfCheck.accepted_hooks(), SelfCheck()),
+        (OtelSpans.accepted_hooks(), OtelSpans()),
+        (StructlogEvents.accepted_hooks(), StructlogEvents()),
+        (RlRecords.accepted_hooks(), RlRecords(path=str(tmp_path / "rl.jsonl"))),
     ]:
         harness = harness.attach(hooks, proc)
     rebuilt = HarnessConfig.loads(harness.dumps("yaml"))

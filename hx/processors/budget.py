@@ -34,7 +34,6 @@ class Budget(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omi
     name: ClassVar[str] = "budget"
     _order: ClassVar[int] = POST  # count the prompt and the approvals as the other processors leave them
     dimension: ClassVar[str] = "D7"
-    HOOKS: ClassVar[tuple[str, ...]] = ("before_model", "after_model", "before_tool")
 
     max_model_calls: int = 0
     max_tool_calls: int = 0

@@ -18,7 +18,7 @@ the judge's critique does reach the log, as the ``judge_feedback`` result in the
 after_tool hook record. A judge that fails or answers without a verdict accepts the
 answer (``fail_open``), so a broken judge cannot block every attempt.
 
-Attach with ``attach(LlmJudge.HOOKS, LlmJudge(model="anthropic:claude-haiku-4-5"))``.
+Attach with ``attach(LlmJudge.accepted_hooks(), LlmJudge(model="anthropic:claude-haiku-4-5"))``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Literal
 
 from hx.harness.errors import Interrupt
 from hx.harness.processor import POST, Processor
-from hx.processors import virtual_tool
 from hx.processors.virtual_tool import VirtualCalls
 from hx.runtime.models import ModelConfig
 from hx.runtime.providers.base import CallContext, ProviderError
@@ -85,7 +84,6 @@ class LlmJudge(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, o
     name: ClassVar[str] = "llm_judge"
     _order: ClassVar[int] = POST
     dimension: ClassVar[str] = "D6"
-    HOOKS: ClassVar[tuple[str, ...]] = ("before_model", *virtual_tool.HOOKS, "task_end")
 
     model: str = ""
     """The judge's model spec, e.g. ``anthropic:claude-haiku-4-5``; empty uses the attempt's ``role``."""

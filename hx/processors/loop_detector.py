@@ -10,7 +10,7 @@ repeated, or a cycle of up to ``max_period`` signatures. When the tail repeats
 ``warn_after`` repeats it warns again; at ``interrupt_after`` repeats it ends the
 attempt (``Interrupt``, status ``interrupted``).
 
-Attach with ``attach(LoopDetector.HOOKS, LoopDetector())``.
+Attach with ``attach(LoopDetector.accepted_hooks(), LoopDetector())``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ class LoopDetector(Processor, kw_only=True, dict=True, forbid_unknown_fields=Tru
     name: ClassVar[str] = "loop_detector"
     _order: ClassVar[int] = NORMAL
     dimension: ClassVar[str] = "D7"
-    HOOKS: ClassVar[tuple[str, ...]] = ("after_tool", "before_model")
 
     warn_after: int = 3
     """Repeats of the same action and observation that trigger a warning."""

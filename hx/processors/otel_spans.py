@@ -23,7 +23,7 @@ is not part of the before_model event, so unless ``request_model`` names it the 
 span takes the name and request model of the model that answered (under fallback, the
 fallback's).
 
-Attach with ``attach(OtelSpans.HOOKS, OtelSpans())``.
+Attach with ``attach(OtelSpans.accepted_hooks(), OtelSpans())``.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     name: ClassVar[str] = "otel_spans"
     _order: ClassVar[int] = POST  # observe what the other processors leave
     dimension: ClassVar[str] = "D8"
-    HOOKS: ClassVar[tuple[str, ...]] = ("task_start", "before_model", "after_model", "before_tool", "after_tool",
-                                        "task_end")
 
     agent_name: str = "hx"
     """``gen_ai.agent.name`` and the agent span's name suffix."""

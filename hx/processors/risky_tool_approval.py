@@ -10,7 +10,7 @@ matches a ``risky_patterns`` regular expression; a risky call is refused
 with the matching rule when the processor is also attached at after_tool. Because the
 policy is parameters, it is part of the harness value: evolvable, diffable, audited.
 
-Attach with ``attach(RiskyToolApproval.HOOKS, RiskyToolApproval())``.
+Attach with ``attach(RiskyToolApproval.accepted_hooks(), RiskyToolApproval())``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ class RiskyToolApproval(Processor, kw_only=True, dict=True, forbid_unknown_field
     name: ClassVar[str] = "risky_tool_approval"
     _order: ClassVar[int] = PRE
     dimension: ClassVar[str] = "D7"
-    HOOKS: ClassVar[tuple[str, ...]] = ("before_tool", "after_tool")
 
     risky_tools: tuple[str, ...] = ()
     """Tool names (shell globs) whose every call is risky, e.g. ``delete_*``."""

@@ -15,7 +15,7 @@ whether a processor edited the completion (``on_policy``), the run, attempt and 
 digest. Records written here say ``source: "hooks"``; their ``run_id``, ``attempt`` and
 ``harness_digest`` are empty, since processors do not see them.
 
-Attach with ``attach(RlRecords.HOOKS, RlRecords(path="data/rl.jsonl"))``.
+Attach with ``attach(RlRecords.accepted_hooks(), RlRecords(path="data/rl.jsonl"))``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ class RlRecords(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     name: ClassVar[str] = "rl_records"
     _order: ClassVar[int] = POST  # the prompt as sent and the completion as kept
     dimension: ClassVar[str] = "D9"
-    HOOKS: ClassVar[tuple[str, ...]] = ("task_start", "before_model", "after_model", "task_end")
 
     path: str
     """The JSONL file records are appended to (created with its directory)."""

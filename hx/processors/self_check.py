@@ -14,7 +14,7 @@ so providers that require every
 call to name an offered tool accept the history, and the model may ask for the
 checklist on its own.
 
-Attach with ``attach(SelfCheck.HOOKS, SelfCheck())``. Each check costs one step: with a
+Attach with ``attach(SelfCheck.accepted_hooks(), SelfCheck())``. Each check costs one step: with a
 tight step budget, set ``last_step`` below ``max_steps`` so a check never takes the final step.
 """
 
@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from hx.harness.processor import POST, Processor
-from hx.processors import virtual_tool
 from hx.processors.virtual_tool import VirtualCalls
 from schemas.hooks import AfterModel, AfterTool, BeforeTool, TaskStart
 from schemas.messages import ToolSchema
@@ -42,7 +41,6 @@ class SelfCheck(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     name: ClassVar[str] = "self_check"
     _order: ClassVar[int] = POST  # see the answer after every other after_model processor
     dimension: ClassVar[str] = "D6"
-    HOOKS: ClassVar[tuple[str, ...]] = ("task_start", *virtual_tool.HOOKS)
 
     max_checks: int = 1
     """How many final answers are turned into checks per attempt."""

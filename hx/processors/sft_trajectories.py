@@ -12,7 +12,7 @@ attempts are written.
 Turn-level records with behaviour log-probabilities for RL come from the log instead
 (``training_bridge.attempt_to_rl_records``).
 
-Attach with ``attach(SftTrajectories.HOOKS, SftTrajectories(path="data/sft.jsonl"))``.
+Attach with ``attach(SftTrajectories.accepted_hooks(), SftTrajectories(path="data/sft.jsonl"))``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ class SftTrajectories(Processor, kw_only=True, dict=True, forbid_unknown_fields=
     name: ClassVar[str] = "sft_trajectories"
     _order: ClassVar[int] = POST
     dimension: ClassVar[str] = "D9"
-    HOOKS: ClassVar[tuple[str, ...]] = ("task_start", "step_end", "task_end")
 
     path: str
     """The JSONL file transcripts are appended to (created with its directory)."""

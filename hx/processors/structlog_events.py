@@ -7,7 +7,7 @@ error flag, stop reason, verdict), so ``hx`` output, a terminal or a log shipper
 progress as it happens. Contents are summarised by length, not printed (they can hold
 secrets or be huge); ``include_text`` adds a clipped preview.
 
-Attach at the hooks to follow, e.g. ``attach(StructlogEvents.HOOKS, StructlogEvents())``.
+Attach at the hooks to follow, e.g. ``attach(StructlogEvents.accepted_hooks(), StructlogEvents())``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import structlog
 
 from hx.harness.processor import POST, Processor
 from schemas.hooks import (
-    HOOK_NAMES,
     HOOK_OF,
     AfterModel,
     AfterTool,
@@ -75,7 +74,6 @@ class StructlogEvents(Processor, kw_only=True, dict=True, forbid_unknown_fields=
     name: ClassVar[str] = "structlog_events"
     _order: ClassVar[int] = POST  # log what the other processors leave
     dimension: ClassVar[str] = "D8"
-    HOOKS: ClassVar[tuple[str, ...]] = HOOK_NAMES
 
     logger: str = "hx.hooks"
     """The structlog logger name."""

@@ -10,7 +10,7 @@ importing modules that spawn processes, open sockets or change limits (``subproc
 also clamps a requested ``timeout_s`` to the policy's maximum. A refused call never
 reaches the tool, and (when attached at after_tool too) the model is told why.
 
-Attach with ``attach(SubprocessSandbox.HOOKS, SubprocessSandbox())``.
+Attach with ``attach(SubprocessSandbox.accepted_hooks(), SubprocessSandbox())``.
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ class SubprocessSandbox(Processor, kw_only=True, dict=True, forbid_unknown_field
     name: ClassVar[str] = "subprocess_sandbox"
     _order: ClassVar[int] = PRE
     dimension: ClassVar[str] = "D5"
-    HOOKS: ClassVar[tuple[str, ...]] = ("before_tool", "after_tool")
 
     tools: tuple[str, ...] = ("run_python",)
     """Names (shell globs) of the tools whose calls carry code."""

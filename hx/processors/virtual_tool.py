@@ -29,10 +29,6 @@ import msgspec
 from schemas.hooks import AfterModel, AfterTool, BeforeTool, TaskStart
 from schemas.messages import ToolCall, ToolSchema
 
-HOOKS = ("after_model", "before_tool", "after_tool")
-"""The hooks a processor answering its own calls must be attached at."""
-
-
 
 class VirtualCalls:
     """The calls of one harness-answered tool in an attempt, by call id."""
