@@ -87,6 +87,33 @@ class _Outgoing:
     headers: dict[str, str]
     key: str
 
+    def rejected(self, exc: APIError) -> LogError:
+        """The error for a message the server refused."""
+        return LogError(f"append to {self.subject!r} rejected: {exc.description}")
+
+    def too_large(self, max_payload: int) -> LogError:
+        """The error for a message over the server's payload limit."""
+        return LogError(f"append to {self.subject!r}: {len(self.body)} bytes exceed the server's maximum payload "
+                        f"({max_payload})")
+
+
+async def _await_ack(out: _Outgoing, fut: asyncio.Future[PubAck], deadline: float) -> Appended:
+    """``out``'s ack by ``deadline`` (monotonic); a refusal is a ``LogError``, a lost ack (retryable) is re-raised.
+
+    On a retryable error the future is cancelled: that frees nats-py's pending slot, and the
+    caller sends the message again under the same id.
+    """
+    try:
+        if not fut.done():
+            await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - time.monotonic()))
+        ack = fut.result()
+    except APIError as exc:
+        raise out.rejected(exc) from exc
+    except _RETRYABLE:
+        fut.cancel()
+        raise
+    return Appended(ack.seq, out.key, bool(ack.duplicate))
+
 
 COMPRESS_MIN_BYTES = 16 * 1024
 """Frames from ``send_frame`` at least this large are deflated. A run loop's frames repeat a step's
@@ -114,18 +141,12 @@ class PendingAppend:
         """The ack; a late, lost or unsent message is published again with the same id (stored once)."""
         if self._done is not None:
             return self._done
-        fut = self._ack
-        if fut is not None:
+        if self._ack is not None:
             try:
-                if not fut.done():
-                    await asyncio.wait_for(asyncio.shield(fut), max(0.0, self._deadline - time.monotonic()))
-                ack = fut.result()
-                self._done = Appended(ack.seq, self._out.key, bool(ack.duplicate))
+                self._done = await _await_ack(self._out, self._ack, self._deadline)
                 return self._done
-            except APIError as exc:
-                raise LogError(f"append to {self._out.subject!r} rejected: {exc.description}") from exc
             except _RETRYABLE:
-                fut.cancel()  # frees nats-py's pending slot
+                pass
             self._log.retried += 1
         self._done = await self._log._publish_one(self._out, None)
         return self._done
@@ -206,8 +227,7 @@ class EventLog:
             headers[HX_ENCODING] = DEFLATE
         out = _Outgoing(subject, body, headers, key)
         if len(body) > self.nc.max_payload:
-            raise LogError(f"append to {subject!r}: {len(body)} bytes exceed the server's maximum payload "
-                           f"({self.nc.max_payload})")
+            raise out.too_large(self.nc.max_payload)
         if not self.nc.is_connected:  # see _pipeline: publish_async would leak a pending slot
             return PendingAppend(self, out, None)
         try:
@@ -228,12 +248,11 @@ class EventLog:
             except BadRequestError as exc:
                 if exc.err_code == WRONG_LAST_SEQUENCE and expected is not None:
                     raise ConcurrencyConflict(out.subject, expected) from exc
-                raise LogError(f"append to {out.subject!r} rejected: {exc.description}") from exc
+                raise out.rejected(exc) from exc
             except APIError as exc:
-                raise LogError(f"append to {out.subject!r} rejected: {exc.description}") from exc
+                raise out.rejected(exc) from exc
             except nats.errors.MaxPayloadError as exc:
-                raise LogError(f"append to {out.subject!r}: {len(out.body)} bytes exceed the server's "
-                               f"maximum payload ({self.nc.max_payload})") from exc
+                raise out.too_large(self.nc.max_payload) from exc
             except _RETRYABLE as exc:
                 last_error = exc
         raise AppendTimeout(f"append to {out.subject!r} (key {out.key}) not acknowledged after "
@@ -253,8 +272,7 @@ class EventLog:
             outgoing = self._pack(list(entries), frame_size, now)
         for out in outgoing:  # before sending anything (a failed publish_async would also leak a slot)
             if len(out.body) > self.nc.max_payload:
-                raise LogError(f"append to {out.subject!r}: {len(out.body)} bytes exceed the server's "
-                               f"maximum payload ({self.nc.max_payload})")
+                raise out.too_large(self.nc.max_payload)
         results: list[Appended | None] = [None] * len(outgoing)
         pending = list(range(len(outgoing)))
         reason = ""
@@ -294,14 +312,8 @@ class EventLog:
         async def settle(i: int, fut: asyncio.Future[PubAck], deadline: float) -> None:
             nonlocal reason
             try:
-                if not fut.done():
-                    await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - time.monotonic()))
-                ack = fut.result()
-                results[i] = Appended(ack.seq, outgoing[i].key, bool(ack.duplicate))
-            except APIError as exc:
-                raise LogError(f"append to {outgoing[i].subject!r} rejected: {exc.description}") from exc
-            except _RETRYABLE as exc:
-                fut.cancel()  # frees nats-py's pending slot; the message is retried with the same id
+                results[i] = await _await_ack(outgoing[i], fut, deadline)
+            except _RETRYABLE as exc:  # retried with the same id
                 failed.append(i)
                 reason = type(exc).__name__
 
