@@ -210,14 +210,11 @@ class GaiaBenchmark(Benchmark):
 
     def task_ids(self, game: str, split: str, limit: int | None = None) -> list[TaskId]:
         """The first ``limit`` questions of the level."""
-        count = len(self.questions(game, split))
-        count = count if limit is None else max(0, min(limit, count))
-        return [TaskId("gaia", game, split, n) for n in range(count)]
+        return self.first_ids(game, split, len(self.questions(game, split)), limit)
 
     def make_task(self, task_id: TaskId) -> GaiaTask:
         """A task for one question."""
-        if task_id.benchmark != "gaia":
-            raise BenchmarkError(f"task {str(task_id)!r} is not a gaia task")
+        self.check_own(task_id)
         rows = self.questions(task_id.game, task_id.split)
         if not 0 <= task_id.seed < len(rows):
             raise BenchmarkError(f"task {str(task_id)!r}: {task_id.game} of {task_id.split} has {len(rows)} questions")

@@ -78,6 +78,16 @@ class Benchmark(ABC):
     def close(self) -> None:  # noqa: B027 - optional: only pooled environments need it
         """Release pooled environments."""
 
+    def first_ids(self, game: str, split: str, count: int, limit: int | None) -> list[TaskId]:
+        """Ids of seeds ``0 .. count - 1`` of a game's split, the first ``limit`` of them."""
+        n = count if limit is None else max(0, min(limit, count))
+        return [TaskId(self.name, game, split, seed) for seed in range(n)]
+
+    def check_own(self, task_id: TaskId) -> None:
+        """Raise ``BenchmarkError`` unless ``task_id`` names this benchmark."""
+        if task_id.benchmark != self.name:
+            raise BenchmarkError(f"task {str(task_id)!r} is not a {self.name} task")
+
 
 _BENCHMARKS: dict[str, Callable[[], Benchmark]] = {}
 

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+import msgspec
 from scienceworld import ScienceWorldEnv
 
 from hx.bench.envpool import EnvPool, TextGameTask, shared_pool
@@ -161,8 +162,7 @@ class SciWorldTask(TextGameTask[ScienceWorldEnv]):
         if self.gold_path:
             self._gold = tuple(env.get_gold_action_sequence())
         self._description = env.get_task_description()
-        self.spec = TaskSpec(id=self.spec.id, instruction=self._description, benchmark="sciworld",
-                             split=self.spec.split, seed=self.spec.seed, meta=self.spec.meta)
+        self.spec = msgspec.structs.replace(self.spec, instruction=self._description)
         state = self._state(env, obs, info, done=False)
         return f"{self._description}\n\n{obs}\n\nValid actions: {', '.join(state['valid_actions'])}", state
 
@@ -220,14 +220,11 @@ class SciWorldBenchmark(Benchmark):
 
     def task_ids(self, game: str, split: str, limit: int | None = None) -> list[TaskId]:
         """The first ``limit`` variations of the task's split."""
-        count = self._count(game, split)
-        count = count if limit is None else max(0, min(limit, count))
-        return [TaskId("sciworld", game, split, n) for n in range(count)]
+        return self.first_ids(game, split, self._count(game, split), limit)
 
     def make_task(self, task_id: TaskId) -> SciWorldTask:
         """A fresh episode (the JVM is checked out at ``reset``)."""
-        if task_id.benchmark != "sciworld":
-            raise BenchmarkError(f"task {str(task_id)!r} is not a sciworld task")
+        self.check_own(task_id)
         count = self._count(task_id.game, task_id.split)
         if not 0 <= task_id.seed < count:
             raise BenchmarkError(f"task {str(task_id)!r}: {task_id.game} has {count} {task_id.split} variations "

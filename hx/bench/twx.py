@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import msgspec
 from textworld_express import TextWorldExpressEnv
 
 from hx.bench.envpool import EnvPool, TextGameTask, shared_pool
@@ -81,8 +82,7 @@ class TwxTask(TextGameTask[TextWorldExpressEnv]):
             self._gold = tuple(env.getGoldActionSequence())
         state = _state(obs, info)
         task = info["taskDescription"]
-        self.spec = TaskSpec(id=self.spec.id, instruction=task, benchmark="twx", split=self.spec.split,
-                             seed=self.spec.seed, meta=self.spec.meta)
+        self.spec = msgspec.structs.replace(self.spec, instruction=task)
         message = f"{task}\n\n{obs}\n\nValid actions: {', '.join(state['valid_actions'])}"
         return message, state
 
@@ -138,13 +138,11 @@ class TextWorldExpressBenchmark(Benchmark):
         self._game(game)
         if split not in SPLITS:
             raise BenchmarkError(f"twx: split {split!r} is not one of {', '.join(SPLITS)}")
-        count = SEEDS_PER_SPLIT if limit is None else max(0, min(limit, SEEDS_PER_SPLIT))
-        return [TaskId("twx", game, split, n) for n in range(count)]
+        return self.first_ids(game, split, SEEDS_PER_SPLIT, limit)
 
     def make_task(self, task_id: TaskId) -> TwxTask:
         """A fresh episode (the JVM is checked out at ``reset``)."""
-        if task_id.benchmark != "twx":
-            raise BenchmarkError(f"task {str(task_id)!r} is not a twx task")
+        self.check_own(task_id)
         if not 0 <= task_id.seed < SEEDS_PER_SPLIT:
             raise BenchmarkError(f"task {str(task_id)!r}: seed must be 0-{SEEDS_PER_SPLIT - 1}")
         return TwxTask(self.pool, task_id, self.params(task_id.game), self.step_limit, self.gold_path)
