@@ -10,11 +10,14 @@ through the same renderer so every line on stderr has one shape.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any, TextIO
 
 import structlog
 from structlog.typing import Processor
+
+from streams.redaction import scrub
 
 _HANDLER_NAME = "hx"
 
@@ -25,6 +28,20 @@ class _StderrLoggerFactory:
     def __call__(self, *args: Any) -> structlog.PrintLogger:
         """A print logger on the current stderr."""
         return structlog.PrintLogger(sys.stderr)
+
+
+def _scrubbed(logger: Any, method: str, rendered: Any) -> Any:
+    """The last processor: a rendered line with every secret masked (``streams.redaction``)."""
+    return scrub(rendered) if isinstance(rendered, str) else rendered
+
+
+_PY4J = f"{os.sep}py4j{os.sep}"
+
+
+def _not_py4j(record: logging.LogRecord) -> bool:
+    """Drop py4j's records: it logs a traceback on the *root* logger whenever a game JVM goes away
+    (``logging.info(..., exc_info=True)``), which hx reports as its own error instead."""
+    return _PY4J not in record.pathname
 
 
 def _level(level: int | str) -> int:
@@ -48,10 +65,10 @@ def configure_logging(json: bool = False, level: int | str = logging.INFO, strea
     renderer: Processor
     if json:
         renderer = structlog.processors.JSONRenderer()
-        tail: list[Processor] = [structlog.processors.dict_tracebacks, renderer]
+        tail: list[Processor] = [structlog.processors.dict_tracebacks, renderer, _scrubbed]
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
-        tail = [renderer]
+        tail = [renderer, _scrubbed]
     structlog.configure(
         processors=[*shared, structlog.processors.StackInfoRenderer(), *tail],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
@@ -62,6 +79,8 @@ def configure_logging(json: bool = False, level: int | str = logging.INFO, strea
 
     handler = logging.StreamHandler(out)
     handler.set_name(_HANDLER_NAME)
+    if lvl > logging.DEBUG:
+        handler.addFilter(_not_py4j)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
@@ -74,5 +93,7 @@ def configure_logging(json: bool = False, level: int | str = logging.INFO, strea
     # nats-py logs every failed (re)connect with a traceback; hx reports those failures as
     # its own errors, so the client's log is only shown when debugging.
     logging.getLogger("nats").setLevel(lvl if lvl <= logging.DEBUG else logging.CRITICAL)
-    # py4j (the TextWorldExpress and ScienceWorld gateways) announces every callback server at INFO.
-    logging.getLogger("py4j").setLevel(lvl if lvl <= logging.DEBUG else logging.WARNING)
+    # py4j (the TextWorldExpress and ScienceWorld gateways) announces every callback server at INFO, and
+    # the HTTP clients of the model providers every request: the log has the calls, stderr needs not.
+    for chatty in ("py4j", "httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(chatty).setLevel(lvl if lvl <= logging.DEBUG else logging.WARNING)

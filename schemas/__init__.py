@@ -37,6 +37,7 @@ from schemas.hooks import (
     TaskEnd,
     TaskStart,
 )
+from schemas.integrity import StreamLossAccepted
 from schemas.lifecycle import (
     SCORED_STATUSES,
     AttemptFinished,
@@ -57,7 +58,7 @@ __all__ = [
     "AttemptStatus", "BeforeModel", "BeforeTool", "DecodeError", "EnvObservation", "Event", "HookName",
     "HookPayload", "HookRecord", "HxError", "Message", "ModelError", "ModelRequest", "ModelResponse",
     "Payload", "ProcessorTriggered", "Record", "RoundFinished", "RoundStarted", "RunFinished",
-    "RunStarted", "SchemaError", "StepEnd", "StepStart", "TaskEnd", "TaskSpec", "TaskStart",
+    "RunStarted", "SchemaError", "StepEnd", "StepStart", "StreamLossAccepted", "TaskEnd", "TaskSpec", "TaskStart",
     "TokenLogprob", "ToolCall", "ToolInvoked", "ToolResult", "ToolReturned", "ToolSchema",
     "TopLogprob", "Usage", "VerifierScore", "decode_body", "decode_frame", "encode_body",
     "encode_frame", "event_type", "event_types", "headers_for",

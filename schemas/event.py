@@ -7,7 +7,7 @@ subclasses register themselves when they declare a ``TYPE``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -21,6 +21,10 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     VERSION: ClassVar[int] = 1
     READS: ClassVar[tuple[int, ...]] = ()
     """Older versions whose bodies decode as this one (fields were only added, each with a default)."""
+    LEVEL: ClassVar[Literal["", "run", "round", "attempt"]] = ""
+    """The trace subjects it belongs on: a run's, a round's or an attempt's (``""``: not checked).
+    Readers quarantine an event found elsewhere, and one whose ``run_id``, ``round``, ``task_id``
+    or ``attempt`` disagrees with its subject."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -15,6 +15,7 @@ class RunStarted(Event, frozen=True, kw_only=True):
     """A run (an evolution or evaluation campaign) began."""
 
     TYPE = "run.started"
+    LEVEL = "run"
 
     run_id: str
     kind: str = "rollout"
@@ -28,6 +29,7 @@ class RunFinished(Event, frozen=True, kw_only=True):
     """A run ended, normally or not."""
 
     TYPE = "run.finished"
+    LEVEL = "run"
 
     run_id: str
     status: Literal["completed", "failed", "cancelled"] = "completed"
@@ -39,6 +41,7 @@ class RoundStarted(Event, frozen=True, kw_only=True):
     """A round of a run began: one harness version applied to a batch of tasks."""
 
     TYPE = "round.started"
+    LEVEL = "round"
 
     run_id: str
     round: int
@@ -52,6 +55,7 @@ class RoundFinished(Event, frozen=True, kw_only=True):
     """A round ended."""
 
     TYPE = "round.finished"
+    LEVEL = "round"
 
     run_id: str
     round: int
@@ -63,6 +67,7 @@ class AttemptStarted(Event, frozen=True, kw_only=True):
     """One attempt at one task began."""
 
     TYPE = "attempt.started"
+    LEVEL = "attempt"
 
     run_id: str
     round: int
@@ -77,6 +82,7 @@ class AttemptFinished(Event, frozen=True, kw_only=True):
     """One attempt ended: the verdict that task history and pass@k are built from."""
 
     TYPE = "attempt.finished"
+    LEVEL = "attempt"
 
     run_id: str
     round: int

@@ -8,17 +8,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from streams.redaction import mask_url
+
 DEFAULT_DATA_DIR = ".hx"
-
-
-def redact_url(url: str) -> str:
-    """A NATS URL with any user:password part removed, safe for messages."""
-    if "@" not in url:
-        return url
-    scheme, sep, rest = url.partition("://")
-    if not sep:  # no scheme: host:port, perhaps after user:pass@
-        scheme, rest = "", url
-    return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"  # the host never holds '@'
 
 
 _ENV_FIELDS = {
@@ -53,7 +45,7 @@ class NatsSettings:
         # A URL may carry user:password@ too; the generated repr would show it.
         shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
         if self.url is not None:
-            shown["url"] = redact_url(self.url)
+            shown["url"] = mask_url(self.url)
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @classmethod

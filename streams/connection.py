@@ -1,10 +1,18 @@
-"""Opening the log: join or start the embedded server (or use ``HX_NATS_URL``), connect, apply topology."""
+"""Opening the log: join or start the embedded server (or use ``HX_NATS_URL``), connect, check and apply topology.
+
+When the embedded server dies under a connection, waiting for a reconnect is pointless:
+the connection is closed at once, every append fails with one ``ServerGone`` error, and
+the task that opened the connection is cancelled so the command ends within moments with
+that error, instead of retrying against a dead port until some timeout. An external
+server may come back, so there the client reconnects as before (logging the outage once).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import nats
 import nats.errors
@@ -12,11 +20,13 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from streams.config import NatsSettings, redact_url
-from streams.errors import LogError
+from streams.config import NatsSettings
+from streams.errors import LogError, ServerGone
+from streams.integrity import Heads, local_heads
 from streams.log import EventLog
+from streams.redaction import mask_url, register_url
 from streams.server import EmbeddedServer
-from streams.topology import apply_topology
+from streams.topology import SPECS, apply_topology, stream_infos
 
 _log = structlog.get_logger("hx.streams")
 
@@ -30,46 +40,108 @@ class Connection:
     log: EventLog
     url: str
     server: EmbeddedServer | None
+    heads: Heads | None = field(default=None, repr=False)
+
+
+class _Watch:
+    """Tells a lost connection to a dead embedded server from a passing outage, and ends the session on the first."""
+
+    def __init__(self, server: EmbeddedServer | None, owner: asyncio.Task[object] | None) -> None:
+        self.server = server
+        self.owner = owner
+        self.connected = False
+        self.gone: ServerGone | None = None
+        self.log: EventLog | None = None
+        self.nc: NATS | None = None
+        self._warned = False
+
+    async def on_error(self, exc: Exception) -> None:
+        # With unlimited reconnects nats-py retries a failed *first* connect forever (wrong URL,
+        # server down, bad credentials): fail fast instead. Once connected, one warning per outage.
+        if not self.connected:
+            raise exc
+        if self.server is not None and not self.server.serving():
+            return  # the embedded server died: on_disconnected reports it, once
+        if not self._warned and self.gone is None:
+            self._warned = True
+            _log.warning("nats connection error; reconnecting", error=f"{type(exc).__name__}: {exc}")
+
+    async def on_reconnected(self) -> None:
+        if self._warned:
+            _log.info("nats connection restored")
+        self._warned = False
+
+    async def on_disconnected(self) -> None:
+        if self.server is None or self.gone is not None or not self.connected or self.server.serving():
+            return
+        self.gone = ServerGone(f"the embedded nats-server for {self.server.root.parent} exited; see "
+                               f"{self.server.root / 'nats-server.log'}")
+        if self.log is not None:
+            self.log.gone = self.gone
+        if self.nc is not None:
+            asyncio.get_running_loop().create_task(self.nc.close())  # stop reconnecting to a dead port
+        if self.owner is not None and not self.owner.done():
+            self.owner.cancel()
 
 
 @contextlib.asynccontextmanager
 async def connect(settings: NatsSettings | None = None, *, apply: bool = True) -> AsyncIterator[Connection]:
-    """Connect to hx's NATS (embedded unless ``HX_NATS_URL`` is set) and yield the connection."""
+    """Connect to hx's NATS (embedded unless ``HX_NATS_URL`` is set) and yield the connection.
+
+    With ``apply`` the topology is checked and applied (``apply_topology``) and the stream
+    heads are recorded again when the connection closes.
+    """
     settings = settings or NatsSettings.from_env()
     server: EmbeddedServer | None = None
     url = settings.url
     if url is None:
         server = EmbeddedServer(settings.data_dir)
         url = server.acquire()
+    else:
+        register_url(url)
+    watch = _Watch(server, asyncio.current_task())
     try:
-        connected = False
-
-        async def on_error(exc: Exception) -> None:
-            # With unlimited reconnects nats-py retries a failed *first* connect forever (wrong URL,
-            # server down, bad credentials): fail fast instead. Once connected, errors only log.
-            if not connected:
-                raise exc
-            _log.warning("nats connection error", error=f"{type(exc).__name__}: {exc}")
-
         nc = NATS()
+        watch.nc = nc
         try:
             await nc.connect(  # nats-py annotates reconnect_time_wait as int but sleeps on any number
                 url, connect_timeout=5, max_reconnect_attempts=-1, reconnect_time_wait=0.2,  # type: ignore[arg-type]
-                allow_reconnect=True, error_cb=on_error, **settings.connect_options(),
+                allow_reconnect=True, error_cb=watch.on_error, disconnected_cb=watch.on_disconnected,
+                reconnected_cb=watch.on_reconnected, **settings.connect_options(),
             )
         except (OSError, nats.errors.Error) as exc:  # TimeoutError is an OSError
             with contextlib.suppress(Exception):
                 await nc.close()
-            raise LogError(f"cannot connect to NATS at {redact_url(url)}: {type(exc).__name__}: {exc}") from None
-        connected = True
+            raise LogError(f"cannot connect to NATS at {mask_url(url)}: {type(exc).__name__}: {exc}") from None
+        watch.connected = True
         try:
             js = nc.jetstream(publish_async_max_pending=4096)
-            if apply:
-                await apply_topology(js)
-            yield Connection(nc, js, EventLog(nc, js, ack_timeout=settings.ack_timeout), url, server)
+            heads = Heads(js, local_heads(settings)) if apply else None
+            if heads is not None:
+                await apply_topology(js, heads)
+            log = EventLog(nc, js, ack_timeout=settings.ack_timeout, heads=heads)
+            watch.log = log
+            try:
+                yield Connection(nc, js, log, url, server, heads)
+            except asyncio.CancelledError:
+                if watch.gone is not None:
+                    _uncancel()
+                    raise watch.gone from None
+                raise
+            if heads is not None and watch.gone is None:
+                await heads.record(i for i in (await stream_infos(js, SPECS)).values() if i is not None)
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await nc.drain()
+        if watch.gone is not None:
+            raise watch.gone
     finally:
         if server is not None:
             server.release()
+
+
+def _uncancel() -> None:
+    """Undo the cancellation ``_Watch`` requested: the task goes on to raise ``ServerGone`` instead."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()

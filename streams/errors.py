@@ -13,6 +13,14 @@ class ServerError(LogError):
     """The embedded nats-server could not be started, joined or stopped."""
 
 
+class InvalidRunId(LogError, ValueError):
+    """A run id that cannot name subjects and files (see ``streams.topology.check_run_id``)."""
+
+
+class ServerGone(LogError):
+    """The embedded nats-server exited under a running command: nothing more can be appended or read."""
+
+
 class TopologyMismatch(LogError):
     """A stream or bucket exists with a configuration other than the declared one."""
 

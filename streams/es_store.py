@@ -34,10 +34,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from streams.config import NatsSettings, redact_url
+from streams.config import NatsSettings
 from streams.es_bridge import LoopClosedError, LoopThread
 from streams.es_layout import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, OutMsg, StoredMsg, StreamLayout
 from streams.log import WRONG_LAST_SEQUENCE
+from streams.redaction import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class JetStreamDatastore:
         except BaseException as e:
             self._loop.close()
             if isinstance(e, TimeoutError | nats.errors.Error | OSError):
-                raise OperationalError(f"cannot connect to NATS at {redact_url(url)} ({type(e).__name__})") from e
+                raise OperationalError(f"cannot connect to NATS at {mask_url(url)} ({type(e).__name__})") from e
             raise
         self._js = self._nc.jetstream(timeout=self.timeout)
 

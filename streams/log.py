@@ -38,16 +38,19 @@ from schemas.envelope import (
     decode_message,
     deflate,
     encode_body,
-    encode_frame,
     encode_frame_bodies,
+    encoded,
     headers_for,
     inflate,
 )
 from schemas.errors import DecodeError
 from schemas.event import Event
+from streams.addressing import mismatch, subject_problem
 from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
+from streams.integrity import Heads
 from streams.quarantine import Quarantine, Quarantined
-from streams.topology import TRACE
+from streams.redaction import known_bytes, needs_scrub, scrub_body
+from streams.topology import LEDGER, TRACE, stream_of
 
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 FETCH_BYTES = 8 * 1024 * 1024
@@ -55,6 +58,7 @@ FETCH_BYTES = 8 * 1024 * 1024
 FIRST_FETCH = 32
 """Messages in a read's first fetch, before any size is known (at most 32 MiB at the 1 MiB payload limit)."""
 WRONG_LAST_SEQUENCE = 10071
+LEDGER_PREFIX = "hx.ledger."
 _RETRYABLE = (asyncio.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.TimeoutError,
               nats.errors.NoRespondersError, nats.errors.OutboundBufferLimitError,
               nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
@@ -152,6 +156,15 @@ class PendingAppend:
         return self._done
 
 
+def _scrubbed_frame(items: Sequence[EncodedEvent]) -> bytes:
+    """A frame body with no secret in it: the usual case costs one byte search per known secret."""
+    body = encode_frame_bodies(items)
+    known = known_bytes()
+    if not needs_scrub(body, known):
+        return body
+    return encode_frame_bodies([(t, v, scrub_body(b, known)) for t, v, b in items])
+
+
 def content_key(subject: str, type_name: str, body: bytes) -> str:
     """The default message id: a hash of where the event goes and what it says."""
     digest = hashlib.sha256(subject.encode() + b"\0" + type_name.encode() + b"\0" + body).hexdigest()
@@ -162,9 +175,14 @@ class EventLog:
     """Typed, idempotent access to hx's JetStream streams."""
 
     def __init__(self, nc: NATS, js: JetStreamContext, *, ack_timeout: float = 5.0,
-                 max_in_flight: int = 512, retries: int = 5, retry_backoff: float = 0.25) -> None:
+                 max_in_flight: int = 512, retries: int = 5, retry_backoff: float = 0.25,
+                 heads: Heads | None = None) -> None:
         self.nc = nc
         self.js = js
+        self.heads = heads
+        """Where stream heads are kept; a ledger append moves the ledger's head (``streams.integrity``)."""
+        self.gone: LogError | None = None
+        """Set when the server is known to be gone for good: every later append raises it at once."""
         self.ack_timeout = ack_timeout
         self.max_in_flight = max_in_flight
         self.retries = retries
@@ -176,15 +194,15 @@ class EventLog:
     # --- encoding --------------------------------------------------------------------
 
     @staticmethod
-    def _outgoing(entry: Entry, now_ns: int) -> _Outgoing:
-        body = encode_body(entry.event)
+    def _outgoing(entry: Entry, now_ns: int, known: tuple[bytes, ...] | None = None) -> _Outgoing:
+        body = scrub_body(encode_body(entry.event), known)
         cls = type(entry.event)
         key = entry.key or content_key(entry.subject, cls.TYPE, body)
         return _Outgoing(entry.subject, body, headers_for(cls.TYPE, cls.VERSION, key, now_ns), key)
 
     @staticmethod
     def _frame(subject: str, events: Sequence[Event], key: str | None, now_ns: int) -> _Outgoing:
-        body = encode_frame(events)
+        body = _scrubbed_frame([encoded(e) for e in events])
         key = key or content_key(subject, FRAME_TYPE, body)
         return _Outgoing(subject, body, headers_for(FRAME_TYPE, 1, key, now_ns, count=len(events)), key)
 
@@ -220,7 +238,7 @@ class EventLog:
         """
         if not items:
             raise ValueError("a frame needs at least one event")
-        body = encode_frame_bodies(items)
+        body = _scrubbed_frame(items)
         headers = headers_for(FRAME_TYPE, 1, key, time.time_ns(), count=len(items))
         if len(body) >= COMPRESS_MIN_BYTES:
             body = deflate(body)
@@ -239,14 +257,18 @@ class EventLog:
     async def _publish_one(self, out: _Outgoing, expected: int | None) -> Appended:
         last_error: BaseException | None = None
         for attempt in range(self.retries + 1):
+            if self.gone is not None:
+                raise self.gone
             if attempt:
                 self.retried += 1
                 await asyncio.sleep(self.retry_backoff * attempt)
             try:
                 ack = await self.js.publish(out.subject, out.body, timeout=self.ack_timeout, headers=out.headers)
-                return Appended(ack.seq, out.key, bool(ack.duplicate))
             except BadRequestError as exc:
                 if exc.err_code == WRONG_LAST_SEQUENCE and expected is not None:
+                    ours = await self._stored_after(out, expected)
+                    if ours is not None:
+                        return ours
                     raise ConcurrencyConflict(out.subject, expected) from exc
                 raise out.rejected(exc) from exc
             except APIError as exc:
@@ -255,8 +277,31 @@ class EventLog:
                 raise out.too_large(self.nc.max_payload) from exc
             except _RETRYABLE as exc:
                 last_error = exc
+                continue
+            if self.heads is not None and out.subject.startswith(LEDGER_PREFIX) and not ack.duplicate:
+                await self.heads.record([await self.js.stream_info(LEDGER.name)])
+            return Appended(ack.seq, out.key, bool(ack.duplicate))
         raise AppendTimeout(f"append to {out.subject!r} (key {out.key}) not acknowledged after "
                             f"{self.retries + 1} tries: {type(last_error).__name__}")
+
+    async def _stored_after(self, out: _Outgoing, expected: int) -> Appended | None:
+        """Our own message when a conditional append was refused because it is already stored, else None.
+
+        The server checks the expected subject sequence before the message id, so a
+        conditional append sent again after a lost ack is refused as if another writer had
+        won. The message right after ``expected`` on the subject says who did: if it carries
+        our message id, the append succeeded the first time.
+        """
+        stream = stream_of(out.subject)
+        if stream is None:
+            return None
+        try:
+            msg = await self.js.get_msg(stream, seq=expected + 1, subject=out.subject, next=True)
+        except NotFoundError:
+            return None
+        if (msg.headers or {}).get(MSG_ID) != out.key:
+            return None
+        return Appended(int(msg.seq or 0), out.key, duplicate=True)
 
     async def append_batch(self, entries: Iterable[Entry], *, frame_size: int = 1) -> list[Appended]:
         """Append many events with pipelined acks, at most ``max_in_flight`` unacknowledged.
@@ -267,7 +312,8 @@ class EventLog:
         """
         now = time.time_ns()
         if frame_size <= 1:
-            outgoing = [self._outgoing(e, now) for e in entries]
+            known = known_bytes()  # once per batch, not per event
+            outgoing = [self._outgoing(e, now, known) for e in entries]
         else:
             outgoing = self._pack(list(entries), frame_size, now)
         for out in outgoing:  # before sending anything (a failed publish_async would also leak a slot)
@@ -277,6 +323,8 @@ class EventLog:
         pending = list(range(len(outgoing)))
         reason = ""
         for attempt in range(self.retries + 1):
+            if self.gone is not None:
+                raise self.gone
             if attempt:
                 self.retried += len(pending)
                 await asyncio.sleep(self.retry_backoff * attempt)
@@ -285,6 +333,8 @@ class EventLog:
                 break
         if pending:
             raise UnacknowledgedAppends([outgoing[i].key for i in pending], reason)
+        if self.heads is not None and any(o.subject.startswith(LEDGER_PREFIX) for o in outgoing):
+            await self.heads.record([await self.js.stream_info(LEDGER.name)])
         return [r for r in results if r is not None]
 
     def _pack(self, entries: list[Entry], frame_size: int, now: int) -> list[_Outgoing]:
@@ -427,12 +477,23 @@ class EventLog:
 
     def _decode(self, stream: str, subject: str, seq: int, headers: dict[str, str] | None,
                 body: bytes) -> list[Record]:
+        if stream == TRACE.name and (problem := subject_problem(subject)) is not None:
+            self.quarantine.add(Quarantined(stream, subject, seq, problem, (headers or {}).get("Hx-Type"), len(body)))
+            return []
         try:
-            return decode_message(subject, seq, headers, body)
+            records = decode_message(subject, seq, headers, body)
         except DecodeError as exc:
             self.quarantine.add(Quarantined(stream, subject, seq, exc.reason,
                                             (headers or {}).get("Hx-Type"), len(body)))
             return []
+        if stream != TRACE.name:
+            return records
+        kept = records
+        for record in records:
+            if type(record.event).LEVEL and (problem := mismatch(subject, record.event)) is not None:
+                self.quarantine.add(Quarantined(stream, subject, seq, problem, record.type, len(body), record.index))
+                kept = [r for r in kept if r is not record]
+        return kept
 
 
 __all__ = ["DEFLATE", "HX_ENCODING", "MSG_ID", "Appended", "EncodedEvent", "Entry", "EventLog", "PendingAppend",

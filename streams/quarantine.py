@@ -20,6 +20,8 @@ class Quarantined:
     reason: str
     type: str | None
     size: int
+    index: int | None = None
+    """The event's position in its frame, when one event of a message was quarantined and not the message."""
 
 
 @dataclass
@@ -36,5 +38,6 @@ class Quarantine:
         self.records.append(record)
         while len(self.records) > self.keep:
             self.records.popleft()
-        log.warning("message quarantined", stream=record.stream, subject=record.subject, seq=record.seq,
-                    reason=record.reason)
+        where = {} if record.index is None else {"index": record.index}
+        log.warning("message quarantined" if record.index is None else "event quarantined", stream=record.stream,
+                    subject=record.subject, seq=record.seq, **where, reason=record.reason)

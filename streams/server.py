@@ -1,17 +1,26 @@
 """The embedded nats-server: started on demand, shared by every hx process on one data dir.
 
-State lives in ``<data_dir>/nats/``: ``server.json`` names the running server (pid, port),
-``clients/`` holds one file per process using it, and ``lock`` serialises start and stop.
-A stale record (dead pid, closed port) is detected and replaced; the last client to leave
-stops the server unless it was started in the foreground by ``hx server``.
+State lives in ``<data_dir>/nats/`` (mode 0700): ``server.json`` names the running server
+(pid, port, process start time), ``clients/`` holds one file per process using it, and
+``lock`` serialises start and stop. A stale record (dead pid, closed port, or a pid that
+now belongs to another process) is detected and replaced; the last client to leave stops
+the server unless it was started in the foreground by ``hx server``. hx signals a process
+only after checking that it is the nats-server it started for this data directory.
+
+The server demands a password: ``credentials.json`` and the server's ``server.conf``
+(both mode 0600) are generated per data directory on first use, so another local user's
+process cannot read or change the streams. ``EmbeddedServer.acquire`` returns a client URL
+carrying those credentials; the password is a registered secret (``streams.redaction``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -23,8 +32,10 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from streams.errors import ServerError
+from streams.redaction import register
 
 READY_TIMEOUT = 10.0
 
@@ -76,13 +87,35 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-class NatsProcess:
-    """One nats-server process with JetStream on a loopback port."""
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, from ``/proc``); None where that cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[19])  # field 22 of stat; the two before the ')' split are gone
 
-    def __init__(self, store_dir: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
+
+def process_args(pid: int) -> list[str] | None:
+    """The command line of process ``pid``; None where it cannot be read (gone, or no ``/proc``)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+class NatsProcess:
+    """One nats-server process with JetStream on a loopback port (password-protected when ``config`` says so)."""
+
+    def __init__(self, store_dir: Path, port: int | None = None, host: str = "127.0.0.1",
+                 config: Path | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port or free_port(host)
+        self.config = config
+        """A server configuration file (the embedded server's holds its authorization)."""
         self.log_path = self.store_dir.parent / "nats-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -92,8 +125,9 @@ class NatsProcess:
         return f"nats://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        """The command line that starts this server."""
-        return [str(nats_server_binary()), "-a", self.host, "-p", str(self.port),
+        """The command line that starts this server (no secret on it: other users can read it in ``ps``)."""
+        config = ["-c", str(self.config)] if self.config is not None else []
+        return [str(nats_server_binary()), *config, "-a", self.host, "-p", str(self.port),
                 "-js", "-sd", str(self.store_dir)]
 
     def start(self, *, detach: bool = True) -> None:
@@ -155,32 +189,63 @@ class ServerRecord:
     host: str
     port: int
     foreground: bool = False
+    started: int | None = None
+    """The process's start time (``process_start``) when it was recorded: tells a reused pid apart."""
+    store: str = ""
+    """The JetStream store directory the server was started on."""
+    auth: bool = False
+    """True when the server demands the data directory's credentials."""
 
     @property
     def url(self) -> str:
-        """The client URL of the recorded server."""
+        """The client URL of the recorded server (no credentials)."""
         return f"nats://{self.host}:{self.port}"
 
+    def is_ours(self) -> bool:
+        """True when the pid still names the nats-server recorded: same start time, same store on its command line.
+
+        A pid the kernel handed to another process since (a stale ``server.json``) is not
+        ours, and hx never signals it.
+        """
+        if not pid_alive(self.pid):
+            return False
+        started = process_start(self.pid)
+        if started is not None and self.started is not None and started != self.started:
+            return False
+        args = process_args(self.pid)
+        if args is None:  # no /proc: only the port can tell
+            return True
+        return bool(args) and Path(args[0]).name == "nats-server" and (not self.store or self.store in args)
+
     def alive(self) -> bool:
-        """True when the recorded process lives and accepts connections."""
-        return pid_alive(self.pid) and port_open(self.host, self.port)
+        """True when the recorded nats-server process lives and accepts connections."""
+        return self.is_ours() and port_open(self.host, self.port)
 
 
 class EmbeddedServer:
     """The nats-server hx runs for itself under a data directory, shared between processes."""
+
+    USER = "hx"
 
     def __init__(self, data_dir: Path | str) -> None:
         self.root = Path(data_dir).resolve() / "nats"
         self.store_dir = self.root / "store"
         self.clients_dir = self.root / "clients"
         self.record_path = self.root / "server.json"
+        self.credentials_path = self.root / "credentials.json"
+        self.config_path = self.root / "server.conf"
         self._client_file: Path | None = None
         self._started: NatsProcess | None = None  # kept so we can reap the child we spawned
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "lock", "a+") as fh:
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)  # an older hx made it world-readable
+            fh = open(self.root / "lock", "a+")  # noqa: SIM115 - closed below, after the lock is released
+        except OSError as exc:
+            raise ServerError(f"cannot use data directory {self.root.parent}: {exc.strerror or exc}") from None
+        with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -191,16 +256,44 @@ class EmbeddedServer:
         """The recorded server, if any (alive or not)."""
         try:
             data = json.loads(self.record_path.read_text())
+            started = data.get("started")
             return ServerRecord(int(data["pid"]), str(data["host"]), int(data["port"]),
-                                bool(data.get("foreground", False)))
-        except (OSError, ValueError, KeyError, TypeError):
+                                bool(data.get("foreground", False)), None if started is None else int(started),
+                                str(data.get("store", "")), bool(data.get("auth", False)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def _write_record(self, rec: ServerRecord) -> None:
         tmp = self.record_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": rec.pid, "host": rec.host, "port": rec.port,
-                                   "foreground": rec.foreground}))
+        tmp.write_text(json.dumps(dataclasses.asdict(rec)))
         tmp.replace(self.record_path)
+
+    def _new_record(self, proc: NatsProcess, *, foreground: bool = False) -> ServerRecord:
+        return ServerRecord(proc.pid, proc.host, proc.port, foreground, process_start(proc.pid),
+                            str(proc.store_dir), auth=True)
+
+    def credentials(self) -> tuple[str, str]:
+        """The user and password of this data directory's server, made on first use (files mode 0600)."""
+        try:
+            data = json.loads(self.credentials_path.read_text())
+            user, password = str(data["user"]), str(data["password"])
+        except FileNotFoundError:
+            user, password = self.USER, secrets.token_urlsafe(32)
+            _write_private(self.credentials_path, json.dumps({"user": user, "password": password}))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ServerError(f"cannot read the server credentials {self.credentials_path}: {exc}; remove the "
+                              "file while no hx process uses this data directory to make new ones") from None
+        if self.credentials_path.stat().st_mode & 0o077:
+            os.chmod(self.credentials_path, 0o600)
+        register(password)
+        return user, password
+
+    def _client_url(self, rec: ServerRecord, user: str, password: str) -> str:
+        return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{rec.host}:{rec.port}"
+
+    def _write_config(self, user: str, password: str) -> None:
+        _write_private(self.config_path, f"authorization {{\n  user: {json.dumps(user)}\n"
+                                         f"  password: {json.dumps(password)}\n}}\n")
 
     def _live_clients(self) -> list[Path]:
         live = []
@@ -215,24 +308,34 @@ class EmbeddedServer:
     def _running(self) -> ServerRecord | None:
         rec = self.record()
         if rec is not None and rec.alive():
+            if not rec.auth:
+                raise ServerError(f"the nats-server for {self.root.parent} (pid {rec.pid}) was started by an older "
+                                  "hx without a password; stop it and run again")
             return rec
         self.record_path.unlink(missing_ok=True)
         return None
 
     def acquire(self) -> str:
-        """Join the running server or start one; return its URL. Pair with ``release``."""
+        """Join the running server or start one; return its client URL (credentials included). Pair with ``release``."""
         with self._locked():
+            user, password = self.credentials()
             rec = self._running()
             if rec is None:
-                proc = NatsProcess(self.store_dir)
+                self._write_config(user, password)
+                proc = NatsProcess(self.store_dir, config=self.config_path)
                 proc.start(detach=True)
                 self._started = proc
-                rec = ServerRecord(proc.pid, proc.host, proc.port)
+                rec = self._new_record(proc)
                 self._write_record(rec)
             self.clients_dir.mkdir(parents=True, exist_ok=True)
             self._client_file = self.clients_dir / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
             self._client_file.touch()
-            return rec.url
+            return self._client_url(rec, user, password)
+
+    def serving(self) -> bool:
+        """True while the recorded server process lives (a client asks when its connection drops)."""
+        rec = self.record()
+        return rec is not None and rec.is_ours()
 
     def release(self) -> None:
         """Leave the server; the last client out stops it unless it runs in the foreground."""
@@ -242,11 +345,11 @@ class EmbeddedServer:
                 self._client_file = None
             if self.clients_dir.exists() and self._live_clients():
                 return
-            rec = self._running()
+            rec = self.record()
             if rec is not None and not rec.foreground:
                 if self._started is not None and self._started.proc is not None and self._started.pid == rec.pid:
                     self._started.stop()
-                else:
+                elif rec.is_ours():
                     _terminate(rec.pid)
                 self._started = None
                 self.record_path.unlink(missing_ok=True)
@@ -254,12 +357,14 @@ class EmbeddedServer:
     def run_foreground(self, port: int | None = None) -> int:
         """Run the server in this terminal until interrupted (``hx server``); return its exit code."""
         with self._locked():
+            user, password = self.credentials()
             rec = self._running()
             if rec is not None:
                 raise ServerError(f"a server already runs for this data directory at {rec.url} (pid {rec.pid})")
-            proc = NatsProcess(self.store_dir, port=port)
+            self._write_config(user, password)
+            proc = NatsProcess(self.store_dir, port=port, config=self.config_path)
             proc.start(detach=False)
-            self._write_record(ServerRecord(proc.pid, proc.host, proc.port, foreground=True))
+            self._write_record(self._new_record(proc, foreground=True))
         try:
             assert proc.proc is not None
             return proc.proc.wait()
@@ -271,6 +376,19 @@ class EmbeddedServer:
                 current = self.record()
                 if current is not None and current.pid == proc.pid:
                     self.record_path.unlink(missing_ok=True)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by the owner only, replacing it whole."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # O_CREAT's mode only applies to a new file
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def _terminate(pid: int, timeout: float = 10.0) -> None:

@@ -3,13 +3,15 @@
 ``HX_TRACE`` holds every attempt's events on ``hx.trace.<run>.<round>.<task>.<attempt>``;
 ``HX_LEDGER`` is the immutable edit ledger (no delete, no purge, no age limit);
 ``HX_LEARN`` holds learner records. Blobs go to an object store addressed by sha256,
-projection positions to a KV bucket. A stream that exists with another configuration is
-reported, never silently changed.
+projection positions to a KV bucket, stream heads to another (``streams.integrity``). A
+stream that exists with a setting that could lose or refuse events is reported, never
+silently changed; one that already lost events is refused.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -21,12 +23,53 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    StreamInfo,
 )
 from nats.js.errors import NotFoundError
 
-from streams.errors import TopologyMismatch
+from streams.errors import InvalidRunId, TopologyMismatch
+from streams.integrity import HEADS_BUCKET, Heads
 
 DUPLICATE_WINDOW_S = 120.0
+
+
+def _unlimited(value: Any) -> bool:
+    return value is None or value <= 0
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One stream setting that can lose or refuse events: how to read it and why it matters."""
+
+    name: str
+    risk: str
+    """What a wrong value does to the log."""
+
+
+LOSS_SETTINGS: tuple[Setting, ...] = (
+    Setting("retention", "interest and work-queue retention delete events once consumed"),
+    Setting("storage", "memory storage loses every event when the server stops"),
+    Setting("max_msgs", "the oldest events are evicted beyond this many"),
+    Setting("max_bytes", "the oldest events are evicted beyond this size"),
+    Setting("max_age", "events older than this are evicted"),
+    Setting("max_msgs_per_subject", "a subject's oldest events are evicted beyond this many"),
+    Setting("max_msg_size", "larger events are refused"),
+    Setting("discard", "a full stream refuses new events"),
+    Setting("no_ack", "appends are not acknowledged, so a lost one goes unnoticed"),
+    Setting("sealed", "the stream accepts no more events"),
+    Setting("allow_rollup_hdrs", "a rollup header purges a subject's earlier events"),
+    Setting("allow_msg_ttl", "events may carry their own expiry"),
+    Setting("subject_delete_marker_ttl", "expired subjects leave delete markers"),
+    Setting("mirror", "a mirror takes no appends and copies another stream"),
+    Setting("sources", "events from other streams mix into this one"),
+    Setting("subject_transform", "events are stored under other subjects"),
+    Setting("persist_mode", "acknowledged events may be lost in a crash (asynchronous persistence)"),
+    Setting("deny_delete", "single events can be deleted"),
+    Setting("deny_purge", "the stream can be purged"),
+    Setting("duplicate_window", "a retried append is deduplicated only within this window"),
+    Setting("subjects", "events land in another stream or nowhere"),
+)
+"""Every stream setting hx checks on an existing stream, in the order differences are reported."""
 
 
 @dataclass(frozen=True)
@@ -52,21 +95,63 @@ class StreamSpec:
             allow_atomic=self.allow_atomic, allow_direct=True,
         )
 
+    def declared(self) -> dict[str, Any]:
+        """The value each checked setting must have (normalised as ``found`` normalises it)."""
+        return {
+            "retention": "limits", "storage": "file", "max_msgs": "unlimited", "max_bytes": "unlimited",
+            "max_age": "unlimited" if _unlimited(self.max_age_s) else float(self.max_age_s),
+            "max_msgs_per_subject": "unlimited", "max_msg_size": "unlimited", "discard": "old", "no_ack": False,
+            "sealed": False, "allow_rollup_hdrs": False, "allow_msg_ttl": False, "subject_delete_marker_ttl": None,
+            "mirror": None, "sources": None, "subject_transform": None, "persist_mode": "default",
+            "deny_delete": self.deny_delete, "deny_purge": self.deny_purge,
+            "duplicate_window": float(self.duplicate_window_s), "subjects": sorted(self.subjects),
+        }
+
     def differences(self, actual: StreamConfig) -> list[str]:
-        """Human-readable differences between this spec and an existing stream's config."""
-        want: dict[str, Any] = {
-            "subjects": sorted(self.subjects), "deny_delete": self.deny_delete,
-            "deny_purge": self.deny_purge, "max_age": float(self.max_age_s),
-            "duplicate_window": float(self.duplicate_window_s), "storage": StorageType.FILE,
-            "retention": RetentionPolicy.LIMITS,
-        }
-        have: dict[str, Any] = {
-            "subjects": sorted(actual.subjects or []), "deny_delete": bool(actual.deny_delete),
-            "deny_purge": bool(actual.deny_purge), "max_age": float(actual.max_age or 0.0),
-            "duplicate_window": float(actual.duplicate_window or 0.0), "storage": actual.storage,
-            "retention": actual.retention,
-        }
-        return [f"{k}: declared {want[k]!r}, found {have[k]!r}" for k in want if want[k] != have[k]]
+        """Each checked setting of an existing stream that differs from this spec, with what it risks."""
+        want = self.declared()
+        have = found(actual)
+        return [f"{s.name}: declared {want[s.name]!r}, found {have[s.name]!r} ({s.risk})"
+                for s in LOSS_SETTINGS if want[s.name] != have[s.name]]
+
+
+def _name(value: Any) -> Any:
+    return getattr(value, "value", value)  # an enum member, or already its value
+
+
+def found(cfg: StreamConfig) -> dict[str, Any]:
+    """The checked settings of a stream configuration, normalised (limits of 0 or -1 read ``unlimited``)."""
+    def limit(value: Any) -> Any:
+        return "unlimited" if _unlimited(value) else value
+    return {
+        "retention": _name(cfg.retention) or "limits", "storage": _name(cfg.storage) or "file",
+        "max_msgs": limit(cfg.max_msgs), "max_bytes": limit(cfg.max_bytes),
+        "max_age": "unlimited" if _unlimited(cfg.max_age) else float(cfg.max_age or 0.0),
+        "max_msgs_per_subject": limit(cfg.max_msgs_per_subject), "max_msg_size": limit(cfg.max_msg_size),
+        "discard": _name(cfg.discard) or "old", "no_ack": bool(cfg.no_ack), "sealed": bool(cfg.sealed),
+        "allow_rollup_hdrs": bool(cfg.allow_rollup_hdrs), "allow_msg_ttl": bool(cfg.allow_msg_ttl),
+        "subject_delete_marker_ttl": cfg.subject_delete_marker_ttl or None,
+        "mirror": cfg.mirror or None, "sources": cfg.sources or None, "subject_transform": cfg.subject_transform,
+        "persist_mode": _name(cfg.persist_mode) or "default", "deny_delete": bool(cfg.deny_delete),
+        "deny_purge": bool(cfg.deny_purge), "duplicate_window": float(cfg.duplicate_window or 0.0),
+        "subjects": sorted(cfg.subjects or []),
+    }
+
+
+BUCKET_SETTINGS = ("retention", "storage", "max_msgs", "max_bytes", "max_age", "no_ack", "sealed", "mirror",
+                   "sources", "subject_transform", "persist_mode")
+"""The settings checked on the streams behind hx's KV buckets and object store (which need rollups and deletes)."""
+
+
+def bucket_differences(stream: str, actual: StreamConfig) -> list[str]:
+    """Settings of a bucket's stream that could lose its entries."""
+    have = found(actual)
+    want = {"retention": "limits", "storage": "file", "max_msgs": "unlimited", "max_bytes": "unlimited",
+            "max_age": "unlimited", "no_ack": False, "sealed": False, "mirror": None, "sources": None,
+            "subject_transform": None, "persist_mode": "default"}
+    risks = {s.name: s.risk for s in LOSS_SETTINGS}
+    return [f"{name}: declared {want[name]!r}, found {have[name]!r} ({risks[name]})"
+            for name in BUCKET_SETTINGS if want[name] != have[name]]
 
 
 TRACE = StreamSpec("HX_TRACE", ("hx.trace.>",), "hook events, model and tool calls, scores of every attempt")
@@ -79,17 +164,42 @@ POSITIONS_BUCKET = "hx_positions"
 SPECS = {spec.name: spec for spec in STREAMS}
 
 
-async def apply_topology(js: JetStreamContext) -> None:
-    """Create every declared stream and bucket that is missing; refuse ones that differ."""
-    for spec in STREAMS:
+def stream_of(subject: str) -> str | None:
+    """The hx stream that captures ``subject`` (None: no hx stream does)."""
+    return next((spec.name for spec in STREAMS if any(subject.startswith(p.rstrip(">")) for p in spec.subjects)),
+                None)
+
+
+async def stream_infos(js: JetStreamContext, names: Iterable[str]) -> dict[str, StreamInfo | None]:
+    """The current info of each named stream (None: it does not exist)."""
+    out: dict[str, StreamInfo | None] = {}
+    for name in names:
         try:
-            info = await js.stream_info(spec.name)
+            out[name] = await js.stream_info(name)
         except NotFoundError:
-            await js.add_stream(spec.config())
-            continue
-        diffs = spec.differences(info.config)
-        if diffs:
-            raise TopologyMismatch(f"stream {spec.name} exists with another configuration: " + "; ".join(diffs))
+            out[name] = None
+    return out
+
+
+async def apply_topology(js: JetStreamContext, heads: Heads | None = None) -> None:
+    """Check every stream and bucket hx relies on, create the missing ones, and record the heads.
+
+    Refuses, changing nothing, a stream whose settings could lose or refuse events
+    (``TopologyMismatch`` naming each setting) and one that lost events, vanished or was
+    replaced since hx last saw it (``StreamLoss``): a deleted ledger is never recreated
+    empty without ``hx log accept-loss``.
+    """
+    heads = heads or Heads(js)
+    infos = await stream_infos(js, SPECS)
+    mismatches = [f"stream {name} exists with another configuration: " + "; ".join(diffs)
+                  for name, info in infos.items() if info is not None
+                  and (diffs := SPECS[name].differences(info.config))]
+    if mismatches:
+        raise TopologyMismatch(". ".join(mismatches))
+    await heads.verify(infos)
+    for name, info in infos.items():
+        if info is None:
+            infos[name] = await js.add_stream(SPECS[name].config())
     try:
         await js.key_value(POSITIONS_BUCKET)
     except NotFoundError:
@@ -99,6 +209,13 @@ async def apply_topology(js: JetStreamContext) -> None:
         await js.object_store(BLOB_STORE)
     except NotFoundError:
         await js.create_object_store(BLOB_STORE, ObjectStoreConfig(storage=StorageType.FILE))
+    await heads.bucket()
+    buckets = await stream_infos(js, [f"KV_{POSITIONS_BUCKET}", f"KV_{HEADS_BUCKET}", f"OBJ_{BLOB_STORE}"])
+    wrong = [f"stream {name} exists with another configuration: " + "; ".join(diffs)
+             for name, info in buckets.items() if info is not None and (diffs := bucket_differences(name, info.config))]
+    if wrong:
+        raise TopologyMismatch(". ".join(wrong))
+    await heads.record(info for info in infos.values() if info is not None)
 
 
 # --- subjects ---------------------------------------------------------------------------
@@ -121,6 +238,33 @@ def subject_token(value: str | int) -> str:
 def token_value(token: str) -> str:
     """Decode a token made by ``subject_token``."""
     return unquote(token) if "%" in token else token
+
+
+RUN_ID_MAX = 128
+"""Longest run id: it names subjects, consumer filters and files (``<run>.json`` must fit a file name)."""
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*")
+
+
+def check_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is a valid run id, else raise ``InvalidRunId`` (a ``ValueError``) saying what is wrong.
+
+    A run id starts with a letter or digit and holds only letters, digits, ``.``, ``_`` and
+    ``-``, at most ``RUN_ID_MAX`` characters: it is used as a subject token and as a file
+    name, so it can never climb out of a directory or overflow a protocol line.
+
+    >>> check_run_id("run-20261123T181323Z-7da887")
+    'run-20261123T181323Z-7da887'
+    """
+    if not isinstance(run_id, str) or not run_id:
+        raise InvalidRunId("a run id cannot be empty")
+    if len(run_id) > RUN_ID_MAX:
+        raise InvalidRunId(f"run id is {len(run_id)} characters long; at most {RUN_ID_MAX} are allowed")
+    if not _RUN_ID.fullmatch(run_id):
+        bad = sorted({c for c in run_id if not (c.isascii() and (c.isalnum() or c in "._-"))})
+        what = f"characters {''.join(bad)!r}" if bad else "a first character other than a letter or digit"
+        raise InvalidRunId(f"run id {run_id[:40]!r} has {what}; use letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit")
+    return run_id
 
 
 @dataclass(frozen=True)

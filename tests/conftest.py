@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import nats
 import pytest
 import structlog
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 
 from streams.server import NatsProcess
 
@@ -26,6 +30,27 @@ def nats_server(tmp_path: Path) -> Iterator[NatsProcess]:
 def nats_url(nats_server: NatsProcess) -> str:
     """The URL of the test's own nats-server."""
     return nats_server.url
+
+
+@pytest.fixture
+async def client(nats_url: str) -> AsyncIterator[tuple[NATS, JetStreamContext]]:
+    """A plain nats-py client on the test's server (no hx in between) and its JetStream context."""
+    nc = await nats.connect(nats_url)
+    try:
+        yield nc, nc.jetstream()
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def other_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process that is not a nats-server (another hx process, or whatever a stale pid now names)."""
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(autouse=True)

@@ -69,9 +69,14 @@ def test_hx_run_prints_the_table_and_saves_the_results(tmp_path: Path) -> None:
     assert data["harness"] == "starter:textworld" and data["harness_digest"] == starter_harness("textworld").digest
     assert data["source"] == "log" and data["model"] == "random:" and data["role"] == "adaptation"
     assert "attempts" in result.stderr  # the progress bar goes to stderr
-    # the same run id again: refused, in one line
+    # the same run id again: refused in one line, by its results file, or by the log when written elsewhere
+    before = saved.read_text()
+    assert "results file" in error_line(hx("--data-dir", str(tmp_path), "run", "--tasks", "1", "--run-id", "cli-run"))
+    assert saved.read_text() == before
     assert "run 'cli-run' is already on the log" in error_line(
-        hx("--data-dir", str(tmp_path), "run", "--tasks", "1", "--run-id", "cli-run"))
+        hx("--data-dir", str(tmp_path), "run", "--tasks", "1", "--run-id", "cli-run", "--out",
+           str(tmp_path / "elsewhere.json")))
+    assert not (tmp_path / "elsewhere.json").exists()  # the claimed results file was given back
 
 
 def test_hx_run_json_matches_the_saved_file_and_the_log(tmp_path: Path, nats_url: str) -> None:

@@ -17,13 +17,13 @@ from schemas import (
     HX_TIME,
     HX_TYPE,
     MSG_ID,
-    AttemptFinished,
-    AttemptStarted,
+    EnvObservation,
     Event,
     HookRecord,
     Record,
     RunStarted,
     StepStart,
+    VerifierScore,
     encode_body,
 )
 from schemas.errors import HxError
@@ -38,12 +38,13 @@ S2 = trace_subject("run-1", 1, "task.b", 0)
 S3 = trace_subject("run-2", 1, "task.a", 0)
 
 
-def started(i: int, task: str = "t") -> AttemptStarted:
-    return AttemptStarted(run_id="run-1", round=1, task_id=task, attempt=i, model="m", seed=i)
+def started(i: int, task: str = "t") -> EnvObservation:
+    """An attempt-level event numbered ``i`` (lifecycle events would have to agree with their subject)."""
+    return EnvObservation(step=i, observation=f"{task} at step {i}")
 
 
-def finished(i: int) -> AttemptFinished:
-    return AttemptFinished(run_id="run-1", round=1, task_id="t", attempt=i, passed=i % 2 == 0, score=i / 10)
+def finished(i: int) -> VerifierScore:
+    return VerifierScore(verifier="t", passed=i % 2 == 0, score=i / 10)
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ async def test_append_returns_increasing_sequences(conn: Connection) -> None:
     assert await log.last_subject_seq(S3) == 0
     records = await read_all(log)
     assert [(r.seq, r.index, r.subject, r.type, r.version) for r in records] == [
-        (1, 0, S1, "attempt.started", 1), (2, 0, S2, "attempt.started", 1), (3, 0, S1, "attempt.finished", 1)]
+        (1, 0, S1, "env.observation", 1), (2, 0, S2, "env.observation", 1), (3, 0, S1, "verifier.score", 1)]
     assert [r.event for r in records] == [started(0), started(1), finished(0)]
 
 
@@ -106,8 +107,8 @@ async def test_content_key_dedupes_identical_event_and_subject(conn: Connection)
     log = conn.log
     event = started(0)
     a = await log.append(S1, event)
-    b = await log.append(S1, AttemptStarted(run_id="run-1", round=1, task_id="t", attempt=0, model="m", seed=0))
-    assert a.key == content_key(S1, "attempt.started", encode_body(event))
+    b = await log.append(S1, EnvObservation(step=0, observation="t at step 0"))
+    assert a.key == content_key(S1, "env.observation", encode_body(event))
     assert not a.duplicate and b.duplicate and b.seq == a.seq and b.key == a.key
     c = await log.append(S2, event)  # another subject: another event
     d = await log.append(S1, started(1))  # another body: another event
@@ -127,7 +128,7 @@ async def test_wall_clock_time_travels_in_headers_only(conn: Connection) -> None
     assert ma.data == mb.data == encode_body(started(0))
     assert ma.headers is not None and mb.headers is not None
     assert ma.headers[MSG_ID] == "a" and mb.headers[MSG_ID] == "b"
-    assert ma.headers[HX_TYPE] == "attempt.started" and ma.headers[HX_SCHEMA_VERSION] == "1"
+    assert ma.headers[HX_TYPE] == "env.observation" and ma.headers[HX_SCHEMA_VERSION] == "1"
     ta, tb = int(ma.headers[HX_TIME]), int(mb.headers[HX_TIME])
     assert before <= ta <= tb <= after
     records = await read_all(log)
@@ -179,7 +180,7 @@ async def test_append_batch_without_keys_uses_content_keys(conn: Connection) -> 
     log = conn.log
     entries = [Entry(S1, started(i)) for i in range(50)]
     acks = await log.append_batch(entries)
-    assert [a.key for a in acks] == [content_key(S1, "attempt.started", encode_body(e.event)) for e in entries]
+    assert [a.key for a in acks] == [content_key(S1, "env.observation", encode_body(e.event)) for e in entries]
     again = await log.append_batch(entries)
     assert all(a.duplicate for a in again)
     assert await log.last_seq() == 50
@@ -235,7 +236,7 @@ async def test_frames_filtered_by_type_and_read_from_the_middle(conn: Connection
     log = conn.log
     entries = [Entry(S1, started(i) if i % 2 else finished(i), key=f"e{i}") for i in range(10)]
     await log.append_batch(entries, frame_size=4)  # messages: 4 + 4 + 2
-    finished_only = await read_all(log, types=["attempt.finished"])
+    finished_only = await read_all(log, types=["verifier.score"])
     assert [r.event for r in finished_only] == [finished(i) for i in range(0, 10, 2)]
     assert [r.position for r in finished_only] == [(1, 0), (1, 2), (2, 0), (2, 2), (3, 0)]
     tail = await read_all(log, start=2)
@@ -351,12 +352,12 @@ async def test_read_subject_filters(conn: Connection) -> None:
 async def test_read_type_filter(conn: Connection) -> None:
     log = conn.log
     entries = await _fill(log)
-    only_started = await read_all(log, types=["attempt.started"])
+    only_started = await read_all(log, types=["env.observation"])
     assert [r.seq for r in only_started] == [2, 4, 6, 8, 10, 12]
-    assert all(isinstance(r.event, AttemptStarted) for r in only_started)
-    both = await read_all(log, types={"attempt.started", "attempt.finished"})
+    assert all(isinstance(r.event, EnvObservation) for r in only_started)
+    both = await read_all(log, types={"env.observation", "verifier.score"})
     assert [r.event for r in both] == [e.event for e in entries]
-    combined = await read_all(log, types=["attempt.finished"], subjects=[S1])
+    combined = await read_all(log, types=["verifier.score"], subjects=[S1])
     assert [r.seq for r in combined] == [1, 7]
     assert await read_all(log, types=["hook"]) == []
 
@@ -413,7 +414,7 @@ async def test_subscribe_with_filters_and_start(conn: Connection) -> None:
     log = conn.log
     await _fill(log)
     queue: asyncio.Queue[Record] = asyncio.Queue()
-    task = asyncio.create_task(_collect(log.subscribe(start=5, subjects=[S1], types=["attempt.started"]), queue))
+    task = asyncio.create_task(_collect(log.subscribe(start=5, subjects=[S1], types=["env.observation"]), queue))
     try:
         # S1 holds seqs 1, 4, 7, 10; of those 4 and 10 are attempt.started; start=5 leaves 10
         assert [r.seq for r in await _take(queue, 1)] == [10]
@@ -450,18 +451,17 @@ async def test_subscribe_on_an_empty_stream_waits_for_the_first_record(conn: Con
 async def test_garbage_is_quarantined_and_reading_continues(conn: Connection) -> None:
     log, nc = conn.log, conn.nc
     subject = trace_subject("run-g", 1, "t", 0)
-    valid = [RunStarted(run_id=f"v{i}") for i in range(5)]
+    valid = [started(i) for i in range(5)]
+    body = encode_body(RunStarted(run_id="v0"))
     await log.append(subject, valid[0])                                                    # seq 1
     await nc.publish(subject, b"no headers at all")                                        # seq 2
     await log.append(subject, valid[1])                                                    # seq 3
-    await nc.publish(subject, encode_body(valid[0]),
-                     headers={HX_TYPE: "alien.event", HX_SCHEMA_VERSION: "1"})             # seq 4
+    await nc.publish(subject, body, headers={HX_TYPE: "alien.event", HX_SCHEMA_VERSION: "1"})  # seq 4
     await nc.publish(subject, b"\xc1\xc1 not msgpack",
                      headers={HX_TYPE: "run.started", HX_SCHEMA_VERSION: "1"})             # seq 5
     await log.append(subject, valid[2])                                                    # seq 6
-    await nc.publish(subject, encode_body(valid[0]),
-                     headers={HX_TYPE: "run.started", HX_SCHEMA_VERSION: "7"})             # seq 7
-    raw = msgspec.to_builtins(valid[0]) | {"surprise": True}
+    await nc.publish(subject, body, headers={HX_TYPE: "run.started", HX_SCHEMA_VERSION: "7"})  # seq 7
+    raw = msgspec.to_builtins(RunStarted(run_id="v0")) | {"surprise": True}
     await nc.publish(subject, msgspec.msgpack.encode(raw),
                      headers={HX_TYPE: "run.started", HX_SCHEMA_VERSION: "1"})             # seq 8
     await nc.publish(subject, b"\x91\x93",
@@ -488,7 +488,7 @@ async def test_garbage_is_quarantined_and_reading_continues(conn: Connection) ->
     assert "malformed frame" in by_seq[9].reason and by_seq[9].type == FRAME_TYPE
 
     # every read that meets them counts them again; filters skip them the same way
-    assert [r.event for r in await read_all(log, types=["run.started"])] == valid
+    assert [r.event for r in await read_all(log, types=["env.observation"])] == valid
     assert q.count == 12
     assert [r.seq for r in await read_all(log, start=4, stop=6)] == [6]
     assert q.count == 14

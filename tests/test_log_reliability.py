@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import HX_SCHEMA_VERSION, HX_TYPE, AttemptStarted, Record, RunStarted, encode_body
+from schemas import HX_SCHEMA_VERSION, HX_TYPE, EnvObservation, Record, RunStarted, encode_body
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.errors import UnacknowledgedAppends
@@ -24,8 +24,9 @@ N = 20_000
 RUN = "crash"
 
 
-def event(i: int) -> AttemptStarted:
-    return AttemptStarted(run_id=RUN, round=1, task_id=f"task-{i % 7}", attempt=i, seed=i)
+def event(i: int) -> EnvObservation:
+    """Event number ``i`` (its ``step``), an attempt-level event on any attempt's subject."""
+    return EnvObservation(step=i, observation=f"task-{i % 7}")
 
 
 def entries(n: int = N) -> list[Entry]:
@@ -56,8 +57,8 @@ async def publish_garbage(conn: Connection, tag: str) -> int:
     bad = [
         (b"no headers " + tag.encode(), None),
         (encode_body(RunStarted(run_id=tag)), {HX_TYPE: "from.the.future", HX_SCHEMA_VERSION: "1"}),
-        (b"\xc1\xc1\xc1" + tag.encode(), {HX_TYPE: "attempt.started", HX_SCHEMA_VERSION: "1"}),
-        (encode_body(event(0)), {HX_TYPE: "attempt.started", HX_SCHEMA_VERSION: "99"}),
+        (b"\xc1\xc1\xc1" + tag.encode(), {HX_TYPE: "env.observation", HX_SCHEMA_VERSION: "1"}),
+        (encode_body(event(0)), {HX_TYPE: "env.observation", HX_SCHEMA_VERSION: "99"}),
     ]
     for body, headers in bad:
         await conn.nc.publish(subject, body, headers=headers)
@@ -92,13 +93,13 @@ async def test_server_killed_during_a_batch(tmp_path: Path) -> None:
 
             await until(lambda: _at_least(conn, garbage + 1))  # JetStream is back
             records = await read_everything(log)
-            valid = [r for r in records if isinstance(r.event, AttemptStarted)]
-            counts = Counter(r.event.attempt for r in valid)  # type: ignore[union-attr]
+            valid = [r for r in records if isinstance(r.event, EnvObservation)]
+            counts = Counter(r.event.step for r in valid)  # type: ignore[union-attr]
             twice = sorted(i for i, c in counts.items() if c > 1)
             assert not twice, f"{len(twice)} events stored more than once, e.g. {twice[:5]}"
             for r in valid:
-                assert r.event == event(r.event.attempt)  # type: ignore[union-attr]
-                assert r.subject == batch[r.event.attempt].subject  # type: ignore[union-attr]
+                assert r.event == event(r.event.step)  # type: ignore[union-attr]
+                assert r.subject == batch[r.event.step].subject  # type: ignore[union-attr]
 
             unacked_ids = {int(k.rsplit("#", 1)[1]) for k in unacked}
             acked_ids = set(range(N)) - unacked_ids
@@ -108,7 +109,7 @@ async def test_server_killed_during_a_batch(tmp_path: Path) -> None:
                 # completed: one ack per event, each naming the message that holds that very event
                 assert len(acks) == N
                 assert [a.key for a in acks] == [e.key for e in batch]
-                by_seq = {r.seq: r.event.attempt for r in valid}  # type: ignore[union-attr]
+                by_seq = {r.seq: r.event.step for r in valid}  # type: ignore[union-attr]
                 assert all(by_seq[a.seq] == i for i, a in enumerate(acks))
                 assert len({a.seq for a in acks}) == N
                 assert log.retried > 0, "the kill should have forced retries"
@@ -157,7 +158,7 @@ async def test_writer_gives_up_while_the_server_is_down_then_a_retry_completes(t
             server.start(detach=False)  # same store, same port
             await until(lambda: _at_least(conn, 1))
             records = await read_everything(log)
-            counts = Counter(r.event.attempt for r in records)  # type: ignore[union-attr]
+            counts = Counter(r.event.step for r in records)  # type: ignore[union-attr]
             assert all(c == 1 for c in counts.values()), "an event was stored twice"
             acked = set(range(N)) - {int(k.rsplit("#", 1)[1]) for k in unacked}
             missing = sorted(acked - set(counts))
@@ -168,8 +169,8 @@ async def test_writer_gives_up_while_the_server_is_down_then_a_retry_completes(t
             assert len(acks) == N and [a.key for a in acks] == [e.key for e in batch]
             records = await read_everything(log)
             # once each; not necessarily in batch order (a gap lost in the kill is filled in later)
-            assert sorted(r.event.attempt for r in records) == list(range(N))  # type: ignore[union-attr]
-            by_seq = {r.seq: r.event.attempt for r in records}  # type: ignore[union-attr]
+            assert sorted(r.event.step for r in records) == list(range(N))  # type: ignore[union-attr]
+            by_seq = {r.seq: r.event.step for r in records}  # type: ignore[union-attr]
             assert all(by_seq[a.seq] == i for i, a in enumerate(acks))
             assert log.quarantine.count == 0
     finally:
@@ -179,7 +180,7 @@ async def test_writer_gives_up_while_the_server_is_down_then_a_retry_completes(t
 async def test_garbage_between_valid_events_in_a_long_log(nats_url: str) -> None:
     async with connect(NatsSettings(url=nats_url)) as conn:
         log = conn.log
-        expected: list[AttemptStarted] = []
+        expected: list[EnvObservation] = []
         junk = 0
         for chunk in range(5):
             part = [Entry(trace_subject(RUN, 1, "t", chunk), event(chunk * 1000 + i), key=f"g{chunk}-{i}")

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from model_server import serving
 
 from hx.runtime.providers import (
     CallContext,
@@ -127,18 +128,9 @@ def _handler(api: RecordedAPI) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def api() -> Iterator[RecordedAPI]:
     recorded = RecordedAPI()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(recorded))
-    server.daemon_threads = True
-    # A short poll interval: shutdown() waits for the serving loop's next poll.
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
-    thread.start()
-    recorded.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(_handler(recorded)) as url:
+        recorded.url = url
         yield recorded
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.fixture

@@ -16,9 +16,10 @@ import pytest
 
 from schemas import RunStarted
 from schemas.errors import HxError
-from streams.config import DEFAULT_DATA_DIR, NatsSettings, redact_url
+from streams.config import DEFAULT_DATA_DIR, NatsSettings
 from streams.connection import connect
 from streams.errors import LogError, ServerError
+from streams.redaction import mask_url
 from streams.server import (
     EmbeddedServer,
     NatsProcess,
@@ -46,17 +47,6 @@ def dead_pid() -> int:
 
 
 @pytest.fixture
-def other_process() -> Iterator[subprocess.Popen[bytes]]:
-    """A live process that is not a nats-server (stands in for another hx process)."""
-    proc = subprocess.Popen(["sleep", "60"])
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture
 def cleanup() -> Iterator[list[EmbeddedServer]]:
     """Servers a test acquired; any still running at the end are stopped."""
     acquired: list[EmbeddedServer] = []
@@ -67,6 +57,12 @@ def cleanup() -> Iterator[list[EmbeddedServer]]:
             os.kill(rec.pid, 9)
         if server._started is not None:
             server._started.kill()
+
+
+def without_credentials(url: str) -> str:
+    """``nats://user:password@host:port`` -> ``nats://host:port``."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}"
 
 
 def client_files(data_dir: Path) -> list[str]:
@@ -129,10 +125,10 @@ async def test_acquire_join_release(tmp_path: Path, cleanup: list[EmbeddedServer
     first = EmbeddedServer(tmp_path)
     cleanup.append(first)
     url = first.acquire()
-    assert url.startswith("nats://127.0.0.1:")
+    assert url.startswith("nats://hx:") and "@127.0.0.1:" in url  # the data directory's credentials
     assert await connectable(url)
     rec = first.record()
-    assert rec is not None and rec.url == url and not rec.foreground
+    assert rec is not None and rec.url == without_credentials(url) and not rec.foreground and rec.auth
     assert json.loads((tmp_path / "nats" / "server.json").read_text())["pid"] == rec.pid
     assert (tmp_path / "nats" / "store").is_dir()
     assert len(client_files(tmp_path)) == 1
@@ -278,9 +274,10 @@ async def test_foreground_server_is_joined_but_not_stopped_by_clients(
 
         client = EmbeddedServer(tmp_path)
         cleanup.append(client)
-        assert client.acquire() == rec.url
+        url = client.acquire()
+        assert without_credentials(url) == rec.url
         client.release()
-        assert pid_alive(rec.pid) and await connectable(rec.url)  # a client never stops it
+        assert pid_alive(rec.pid) and await connectable(url)  # a client never stops it
     finally:
         rec = fg.record()
         if rec is not None:
@@ -301,7 +298,7 @@ async def test_connect_without_url_uses_the_embedded_server(tmp_path: Path, clea
         assert conn.server is not None
         cleanup.append(conn.server)
         rec = conn.server.record()
-        assert rec is not None and conn.url == rec.url
+        assert rec is not None and without_credentials(conn.url) == rec.url
         assert conn.nc.is_connected
         for spec in STREAMS:  # topology applied
             assert (await conn.js.stream_info(spec.name)).config.name == spec.name
@@ -379,8 +376,8 @@ def test_settings_from_process_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     ("u:p@h:4222", "***@h:4222"),
     ("nats://h:4222", "nats://h:4222"),
 ])
-def test_redact_url(url: str, shown: str) -> None:
-    assert redact_url(url) == shown
+def test_mask_url(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
 
 
 async def test_wrong_url_is_a_log_error_without_the_password() -> None:

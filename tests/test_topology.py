@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import nats
 import nats.js.errors
 import pytest
@@ -13,6 +11,7 @@ from nats.js.api import StreamConfig
 
 from schemas.errors import HxError
 from streams.errors import LogError, TopologyMismatch
+from streams.integrity import HEADS_BUCKET
 from streams.topology import (
     BLOB_STORE,
     DUPLICATE_WINDOW_S,
@@ -30,15 +29,6 @@ from streams.topology import (
     trace_filter,
     trace_subject,
 )
-
-
-@pytest.fixture
-async def client(nats_url: str) -> AsyncIterator[tuple[NATS, JetStreamContext]]:
-    nc = await nats.connect(nats_url)
-    try:
-        yield nc, nc.jetstream()
-    finally:
-        await nc.close()
 
 
 async def stream_names(js: JetStreamContext) -> set[str]:
@@ -128,7 +118,8 @@ async def test_apply_twice_is_idempotent(client: tuple[NATS, JetStreamContext]) 
     for name, info in after.items():
         assert info.config == before[name].config, name
         assert info.created == before[name].created, name  # not recreated
-        assert info.state.messages == before[name].state.messages, name
+        if name != f"KV_{HEADS_BUCKET}":  # heads move forward with the streams they describe
+            assert info.state.messages == before[name].state.messages, name
     assert (await js.get_msg(TRACE.name, 1)).data == b"kept"
     assert (await (await js.key_value(POSITIONS_BUCKET)).get("p")).value == b"1"
     assert (await (await js.object_store(BLOB_STORE)).get("blob")).data == b"data"

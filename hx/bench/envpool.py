@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import subprocess
 import threading
 import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 from py4j.protocol import Py4JError, Py4JJavaError
@@ -138,6 +140,13 @@ class EnvPool(Generic[E]):
         with self._lock:
             return len(self._busy)
 
+    def stop_busy(self) -> None:
+        """Stop the JVMs checked out and not given back (only safe once no thread can be using them)."""
+        with self._lock:
+            busy, self._busy = [env for env, _ in self._busy.values()], {}
+        for env in busy:
+            shutdown(env, kill=True)
+
     def close(self) -> None:
         """Stop the idle JVMs now and the busy ones when their tasks give them back; the pool stays usable."""
         with self._lock:
@@ -152,6 +161,28 @@ _SHARED: dict[str, EnvPool[Any]] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+def own_process_group(library: ModuleType) -> None:
+    """Make ``library`` (a module that calls py4j's ``launch_gateway``) start each JVM in its own process group.
+
+    A terminal's Ctrl-C signals the whole foreground process group: a game JVM in it dies at
+    once, failing the py4j call in flight, and every attempt then ends as a crashed
+    environment with a traceback. In a group of its own the JVM waits for hx, which stops
+    its JVMs itself as the run is cancelled. TextWorldExpress and ScienceWorld call
+    ``launch_gateway`` without py4j's ``create_new_process_group`` option, so it is added here.
+    """
+    launch = library.launch_gateway
+    if getattr(launch, "_own_group", False):
+        return
+
+    @functools.wraps(launch)
+    def launch_in_own_group(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("create_new_process_group", True)
+        return launch(*args, **kwargs)
+
+    launch_in_own_group._own_group = True  # type: ignore[attr-defined]
+    library.launch_gateway = launch_in_own_group  # type: ignore[attr-defined]
+
+
 def shared_pool(name: str, start: Callable[[], E]) -> EnvPool[E]:
     """The worker's pool for ``name``, made on first use (every benchmark instance shares it)."""
     with _SHARED_LOCK:
@@ -163,8 +194,20 @@ def shared_pool(name: str, start: Callable[[], E]) -> EnvPool[E]:
 
 @atexit.register
 def _close_all() -> None:
+    """At exit no thread uses an environment any more: stop every JVM, the ones never given back too.
+
+    (An attempt cancelled while its JVM started, by Ctrl-C say, never gives it back; the
+    JVM runs in a process group of its own, so nothing else would stop it now.)
+    """
     for pool in list(_POOLS):
         pool.close()
+        pool.stop_busy()
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a finished call's exception as seen: the attempt that awaited it handles it, or was cancelled."""
+    if not future.cancelled():
+        future.exception()
 
 
 def act_schema(actions: Sequence[str], description: str) -> ToolSchema:
@@ -298,6 +341,7 @@ class TextGameTask(Task, Generic[E]):
     async def _call(self, fn: Callable[..., R], env: E, *args: Any) -> R:
         self._inflight = True  # stays set if the await is cancelled: the thread still holds the JVM
         pending: asyncio.Future[R] = asyncio.ensure_future(asyncio.to_thread(fn, env, *args))
+        pending.add_done_callback(_retrieved)  # a run torn down mid-call may never await it again
         self._pending = pending
         try:
             result = await asyncio.shield(pending)  # a cancelled attempt leaves the call for close()

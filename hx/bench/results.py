@@ -13,7 +13,9 @@ aggregates them and presents them: a rich table, a Markdown table and JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from statistics import fmean
@@ -24,7 +26,9 @@ from rich.table import Table
 
 from hx.bench.registry import BenchmarkError, TaskId
 from projections.task_history import pass_at_k
+from schemas.errors import HxError
 from schemas.lifecycle import AttemptStatus
+from streams.redaction import scrub
 
 
 class AttemptOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -209,7 +213,7 @@ def markdown_table(report: RolloutReport) -> str:
     lines += ["| " + " | ".join(_row(s)) + " |" for s in rows]
     lines += ["", f"harness `{report.harness}` ({report.harness_digest}); {report.steps:,} steps, "
                   f"{report.events:,} events in {report.elapsed_s:.1f} s; numbers from the {report.source}", ""]
-    return "\n".join(lines)
+    return scrub("\n".join(lines))
 
 
 def to_json(report: RolloutReport) -> str:
@@ -217,7 +221,7 @@ def to_json(report: RolloutReport) -> str:
     data: dict[str, Any] = msgspec.to_builtins(report)
     data["steps_per_s"] = round(report.steps_per_s, 1)
     data["events_per_s"] = round(report.events_per_s, 1)
-    return json.dumps(data, indent=2) + "\n"
+    return scrub(json.dumps(data, indent=2) + "\n")
 
 
 def from_json(text: str | bytes) -> RolloutReport:
@@ -228,12 +232,57 @@ def from_json(text: str | bytes) -> RolloutReport:
     return msgspec.convert(data, RolloutReport)
 
 
-def save_report(report: RolloutReport, path: Path) -> tuple[Path, Path]:
-    """Write the JSON to ``path`` and the Markdown table beside it (``.md``, or ``.md.md``); return both paths."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_json(report))
+class ResultsError(HxError):
+    """A results file cannot be claimed or written."""
+
+
+def markdown_path(path: Path) -> Path:
+    """Where the Markdown table goes beside the JSON at ``path`` (``.md``, or ``.md.md`` for ``x.md``)."""
     md = path.with_suffix(".md")
-    if md == path:  # --out report.md: the table goes beside the JSON, not over it
-        md = path.with_name(path.name + ".md")
-    md.write_text(markdown_table(report))
-    return path, md
+    return md if md != path else path.with_name(path.name + ".md")
+
+
+class ResultsClaim:
+    """Results files reserved for one run before it starts: created empty and exclusively, filled by ``save``.
+
+    Two runs aiming at the same files (the same run id, or the same ``--out``) cannot both
+    claim them: the second gets ``ResultsError`` before it runs anything. An unusable
+    directory is found here too, not after the run.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.markdown = markdown_path(path)
+        self._mine: list[Path] = []
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for target in (self.path, self.markdown):
+                os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                self._mine.append(target)
+        except FileExistsError as exc:
+            self.release()
+            raise ResultsError(f"results file {exc.filename} already exists (this run id or --out was used "
+                               "before, or another run is writing it): choose another run id or --out") from None
+        except OSError as exc:
+            self.release()
+            raise ResultsError(f"cannot write results to {exc.filename or path}: {exc.strerror or exc}") from None
+
+    def save(self, report: RolloutReport) -> tuple[Path, Path]:
+        """Write the JSON and the Markdown table into the claimed files (each replaced whole); return both paths."""
+        for target, text in ((self.path, to_json(report)), (self.markdown, markdown_table(report))):
+            tmp = target.with_name(f".{target.name}.tmp")
+            try:
+                tmp.write_text(text)
+                tmp.replace(target)
+            except OSError as exc:
+                raise ResultsError(f"cannot write results to {target}: {exc.strerror or exc}") from None
+        self._mine = []
+        return self.path, self.markdown
+
+    def release(self) -> None:
+        """Give back files claimed but never written (a run that failed before its report)."""
+        for target in self._mine:
+            with contextlib.suppress(OSError):
+                if target.stat().st_size == 0:
+                    target.unlink()
+        self._mine = []

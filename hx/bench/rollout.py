@@ -26,6 +26,8 @@ import contextlib
 import hashlib
 import re
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,9 +48,10 @@ from schemas.event import Event
 from schemas.lifecycle import AttemptFinished, RoundFinished, RoundStarted, RunFinished, RunStarted
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
-from streams.config import redact_url
+from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
-from streams.topology import NO_TOKEN, TRACE, subject_token, trace_filter, trace_subject
+from streams.redaction import MASK, scrub
+from streams.topology import NO_TOKEN, TRACE, check_run_id, subject_token, trace_filter, trace_subject
 
 SplitRole = Literal["adaptation", "heldout"]
 ROLES: tuple[SplitRole, ...] = ("adaptation", "heldout")
@@ -170,13 +173,13 @@ _SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|key|secret|password|passwd|token
 
 
 def public(value: Any) -> Any:
-    """``value`` with secret-looking keys masked and credentials removed from URLs (for ``RunStarted``)."""
+    """``value`` with secret-looking keys masked and every string scrubbed of credentials (for ``RunStarted``)."""
     if isinstance(value, Mapping):
-        return {str(k): "***" if _SECRET_KEY.search(str(k)) else public(v) for k, v in value.items()}
+        return {scrub(str(k)): MASK if _SECRET_KEY.search(str(k)) else public(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [public(v) for v in value]
-    if isinstance(value, str) and "://" in value and "@" in value:
-        return redact_url(value)
+    if isinstance(value, str):
+        return scrub(value)
     return value
 
 
@@ -213,6 +216,18 @@ class RoundOutcome:
 
     report: RolloutReport
     results: tuple[AttemptResult, ...] = field(default=())
+
+    @property
+    def infra_failure(self) -> str:
+        """Why the round failed as a whole when every attempt failed for infrastructure reasons, else ``""``.
+
+        The reason names the most frequent attempt reason (credentials masked) and how many shared it.
+        """
+        if not self.results or any(r.status != "infra_failure" for r in self.results):
+            return ""
+        reasons = Counter(r.reason for r in self.results)
+        reason, count = reasons.most_common(1)[0]
+        return scrub(f"all {len(self.results)} attempts failed for infrastructure reasons; {count} of them: {reason}")
 
 
 def _key(subject: str, event: Event) -> str:
@@ -257,13 +272,26 @@ class Rollout:
         result: dict[str, Any] = public(config)
         return result
 
+    async def _claim(self, subject: str, event: Event, taken: str) -> None:
+        """Append the first event of ``subject`` only while the subject is empty: of several claimants, one wins.
+
+        The server checks and appends in one step (an expected last subject sequence of 0).
+        Each claim has a message id of its own: the log recognises a resend of this very
+        append (after a lost ack) as stored, and refuses every other claim, a second one of
+        this rollout included.
+        """
+        try:
+            await self.log.append(subject, event, key=f"{_key(subject, event)}@{uuid.uuid4().hex[:12]}",
+                                  expected_last_seq=0)
+        except ConcurrencyConflict:
+            raise RunExists(taken) from None
+
     async def start(self, run_id: str, *, kind: str = "rollout", extra: Mapping[str, Any] | None = None) -> None:
-        """Append ``RunStarted``; refuse a run id that is already on the log."""
+        """Claim the run: append ``RunStarted`` unless the run id is already on the log (``RunExists``)."""
+        check_run_id(run_id)
         subject = trace_subject(run_id)
-        if await self.log.last_subject_seq(subject) > 0:
-            raise RunExists(f"run {run_id!r} is already on the log; use another run id")
         event = RunStarted(run_id=run_id, kind=kind, config=self.run_config(extra), seed=self.settings.seed)
-        await self.log.append(subject, event, key=_key(subject, event))
+        await self._claim(subject, event, f"run {run_id!r} is already on the log; use another run id")
 
     async def finish(self, run_id: str, *, rounds: int, status: Literal["completed", "failed", "cancelled"] =
                      "completed", reason: str = "") -> None:
@@ -313,11 +341,10 @@ class Rollout:
             self.splits.check(names, role)
         s = self.settings
         subject = trace_subject(run_id, round)
-        if await self.log.last_subject_seq(subject) > 0:
-            raise RunExists(f"round {round} of run {run_id!r} is already on the log; use another round or run id")
         started = RoundStarted(run_id=run_id, round=round, harness_digest=self.harness.digest, task_ids=names,
                                split=role, attempts_per_task=s.attempts)
-        await self.log.append(subject, started, key=_key(subject, started))
+        await self._claim(subject, started,
+                          f"round {round} of run {run_id!r} is already on the log; use another round or run id")
         began = time.perf_counter()
         results = await self._attempts(run_id, round, tids, progress)
         elapsed = time.perf_counter() - began
@@ -325,7 +352,7 @@ class Rollout:
                                  passed=sum(r.passed for r in results))
         await self.log.append(subject, finished, key=_key(subject, finished))
         fields: dict[str, Any] = {
-            "run_id": run_id, "round": round, "role": role, "model": self.models.main,
+            "run_id": run_id, "round": round, "role": role, "model": scrub(self.models.main),
             "harness": self.harness_source, "harness_digest": self.harness.digest, "max_steps": s.max_steps,
             "seed": s.seed, "concurrency": s.concurrency, "steps": sum(r.steps for r in results),
             "events": sum(r.events for r in results), "elapsed_s": round_s(elapsed)}
@@ -373,13 +400,15 @@ class Rollout:
         try:
             outcome = await self.run_round(run_id, round, task_ids, role=role, progress=progress)
         except BaseException as exc:
-            status: Literal["failed", "cancelled"] = (
-                "cancelled" if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt) else "failed")
+            cancelled = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
+            reason = f"cancelled ({exc})" if cancelled and str(exc) else "cancelled" if cancelled else (
+                f"{type(exc).__name__}: {exc}")
             with contextlib.suppress(Exception):  # best effort: the log itself may be what failed
-                await asyncio.shield(self.finish(run_id, rounds=0, status=status,
-                                                 reason=f"{type(exc).__name__}: {exc}"))
+                await asyncio.shield(self.finish(run_id, rounds=0, status="cancelled" if cancelled else "failed",
+                                                 reason=scrub(reason)))
             raise
-        await self.finish(run_id, rounds=1)
+        infra = outcome.infra_failure
+        await self.finish(run_id, rounds=1, status="failed" if infra else "completed", reason=infra)
         return outcome
 
 

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import msgspec
+import scienceworld.scienceworld
 from scienceworld import ScienceWorldEnv
 
-from hx.bench.envpool import EnvPool, TextGameTask, shared_pool
+from hx.bench.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
 from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
@@ -121,6 +122,9 @@ def filter_actions(valid: Iterable[str], look: str, inventory: str, task: str, l
 
 
 # --- the task -------------------------------------------------------------------------------
+
+
+own_process_group(scienceworld.scienceworld)
 
 
 def _start_env() -> ScienceWorldEnv:

@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import msgspec
+import textworld_express.textworld_express
 from textworld_express import TextWorldExpressEnv
 
-from hx.bench.envpool import EnvPool, TextGameTask, shared_pool
+from hx.bench.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
 from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
@@ -43,6 +44,9 @@ _FIRST_SEED = {"train": 0, "dev": 10000, "test": 20000}
 
 SYSTEM_PROMPT = ("You are playing a text game. Each step, call the `act` tool with one of the valid actions, "
                  "copied verbatim. The game ends by itself when the task is done or failed.")
+
+
+own_process_group(textworld_express.textworld_express)
 
 
 def _start_env() -> TextWorldExpressEnv:

@@ -25,7 +25,7 @@ from schemas.event import event_types
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.log import EventLog
-from streams.topology import subject_token
+from streams.topology import check_run_id
 
 T = TypeVar("T")
 EXIT_TERMINATED = 143
@@ -69,7 +69,7 @@ async def _terminable(coro: Coroutine[Any, Any, T]) -> T:
             os._exit(EXIT_TERMINATED)
         requested = True
         # The first cancels like Ctrl-C: followers checkpoint and the embedded server is released.
-        loop.call_soon_threadsafe(task.cancel)
+        loop.call_soon_threadsafe(task.cancel, "SIGTERM")
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
@@ -143,11 +143,11 @@ async def follow_records(event_log: EventLog, stream: str, *, start: int, subjec
             log.debug("subscription timed out while idle; resubscribing", stream=stream, start=next_seq)
 
 
-def check_run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Click callback: a run id must be usable as one subject token."""
+def run_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: a run id must be valid (``streams.topology.check_run_id``) before anything runs."""
     if value is not None:
         try:
-            subject_token(value)
+            check_run_id(value)
         except ValueError as exc:
             raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
     return value

@@ -10,15 +10,15 @@ from typing import Any
 import click
 from rich.table import Table
 
-from hx.cli._app import App, check_run_id, pass_app, quarantine_note, run, stdout_console
+from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option, stdout_console
 from hx.cli._demo_round import ROUND, SyntheticRound, synthetic_round
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
 from projections.trace_store import AttemptTrace, TraceStore, attempt_key
 from schemas.lifecycle import RunFinished
-from streams.config import redact_url
 from streams.connection import Connection
 from streams.log import Appended, EventLog
+from streams.redaction import mask_url
 from streams.topology import TRACE, trace_subject
 
 FRAME_SIZE = 256
@@ -31,7 +31,7 @@ FRAME_SIZE = 256
 @click.option("--attempts", type=click.IntRange(min=1, max=32), default=2, show_default=True,
               help="Attempts per task.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic outcomes.")
-@click.option("--run-id", callback=check_run_id, help="Run id  [default: a fresh one]. Rerunning one appends nothing.")
+@click.option("--run-id", callback=run_id_option, help="Run id  [default: a fresh one]. Rerunning one appends nothing.")
 @pass_app
 def demo(app: App, events: int, attempts: int, seed: int, run_id: str | None) -> None:
     """Append a synthetic round, rebuild projections, show pass@k.
@@ -107,7 +107,7 @@ def task_table(rounds: list[TaskRound], traces: dict[str, AttemptTrace], run_id:
 async def _demo(app: App, run_id: str, given_id: bool, events: int, attempts: int, seed: int) -> None:
     synthetic = synthetic_round(run_id, events=events, attempts=attempts, seed=seed)
     async with app.connect() as conn:
-        where = f"embedded nats-server ({app.settings.data_dir})" if conn.server else redact_url(conn.url)
+        where = f"embedded nats-server ({app.settings.data_dir})" if conn.server else mask_url(conn.url)
         click.echo(f"run {run_id}: {len(synthetic.tasks)} tasks × {attempts} attempts on {where}")
         await _append(conn, synthetic, given_id)
         traces: ProjectionRunner[Any] = ProjectionRunner(conn.log, TraceStore())

@@ -19,6 +19,7 @@ import nats.errors
 
 from hx.cli._app import EXIT_TERMINATED, App, Terminated
 from hx.cli.demo import demo
+from hx.cli.integrity import accept_loss, verify
 from hx.cli.log import log_group
 from hx.cli.projections import projections_group
 from hx.cli.run import run_command
@@ -26,6 +27,7 @@ from hx.cli.server import server
 from hx.logging import configure_logging
 from schemas.errors import HxError
 from streams.config import NatsSettings
+from streams.redaction import scrub
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -33,13 +35,13 @@ EXIT_INTERRUPTED = 130
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return re.sub(r"\s*\n\s*", " ", text)
+    return scrub(re.sub(r"\s*\n\s*", " ", text))
 
 
 def report_error(exc: BaseException, *, debug: bool, prefix: str = "") -> None:
     """Write ``error: <message>`` to stderr, after the traceback when debugging."""
     if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.write(scrub("".join(traceback.format_exception(exc))))
     click.echo(f"error: {prefix}{_one_line(exc)}", err=True)
 
 
@@ -81,6 +83,8 @@ def cli(ctx: click.Context, data_dir: Path | None, nats_url: str | None, json_lo
 
 
 cli.add_command(server)
+log_group.add_command(verify)
+log_group.add_command(accept_loss)
 cli.add_command(log_group)
 cli.add_command(projections_group)
 cli.add_command(demo)

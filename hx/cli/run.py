@@ -18,14 +18,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import hx.bench  # noqa: F401 - registers the benchmark adapters (twx, sciworld, gaia)
 from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, benchmark
-from hx.bench.results import RolloutReport, results_table, save_report, to_json
-from hx.bench.rollout import ROLES, Rollout, RolloutSettings, SplitRole
-from hx.cli._app import App, check_run_id, pass_app, run, stderr_console, stdout_console
+from hx.bench.results import ResultsClaim, results_table, to_json
+from hx.bench.rollout import ROLES, Rollout, RolloutSettings, RoundOutcome, SplitRole
+from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
-from streams.config import redact_url
+from schemas.errors import HxError
+from streams.redaction import mask_url, scrub
 
 DEFAULT_BENCH = "twx:coin"
 DEFAULT_TASKS = 50
@@ -95,7 +96,7 @@ def choose_harness(path: Path | None, benches: Sequence[Benchmark]) -> tuple[Har
 @click.option("--seed", type=int, default=0, show_default=True, help="Run seed (agent seeds derive from it).")
 @click.option("--role", type=click.Choice(ROLES), default=None,
               help="Split role recorded on the log  [default: heldout for --split test, else adaptation]")
-@click.option("--run-id", callback=check_run_id, help="Run id  [default: run-<UTC time>-<random>]")
+@click.option("--run-id", callback=run_id_option, help="Run id  [default: run-<UTC time>-<random>]")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout (no table).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where to save the JSON results (a .md table goes beside it)  [default: DATA_DIR/results/RUN.json]")
@@ -113,29 +114,38 @@ def run_command(app: App, benches: tuple[str, ...], split: str, tasks: int, atte
     settings = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed,
                                timeout_s=timeout_s)
     chosen_role: SplitRole = role or ("heldout" if split == "test" else "adaptation")
-    report = run(_run(app, run_id, list(benches), split, tasks, ModelConfig(main=model), harness_path, settings,
-                      chosen_role))
-    path, md = save_report(report, out or app.settings.data_dir / "results" / f"{run_id}.json")
+    models = ModelConfig(main=model)
+    models.check()  # before anything is claimed, started or appended
+    claim = ResultsClaim(out or app.settings.data_dir / "results" / f"{run_id}.json")
+    try:
+        outcome = run(_run(app, run_id, list(benches), split, tasks, models, harness_path, settings, chosen_role))
+    except BaseException:
+        claim.release()
+        raise
+    report = outcome.report
+    path, md = claim.save(report)
     if as_json:
         click.echo(to_json(report), nl=False)
         click.echo(f"saved {path} and {md}", err=True)
-        return
-    stdout_console().print(results_table(report))
-    click.echo(f"{report.steps:,} steps, {report.events:,} events in {report.elapsed_s:.1f}s "
-               f"({report.steps_per_s:,.0f} steps/s, {report.events_per_s:,.0f} events/s)")
-    click.echo(f"saved {path} and {md}")
+    else:
+        stdout_console().print(results_table(report))
+        click.echo(f"{report.steps:,} steps, {report.events:,} events in {report.elapsed_s:.1f}s "
+                   f"({report.steps_per_s:,.0f} steps/s, {report.events_per_s:,.0f} events/s)")
+        click.echo(f"saved {path} and {md}")
+    if outcome.infra_failure:
+        raise HxError(f"run {run_id}: {outcome.infra_failure}")
 
 
 async def _run(app: App, run_id: str, specs: list[str], split: str, tasks: int, models: ModelConfig,
-               harness_path: Path | None, settings: RolloutSettings, role: SplitRole) -> RolloutReport:
+               harness_path: Path | None, settings: RolloutSettings, role: SplitRole) -> RoundOutcome:
     benches, ids = select_tasks(specs, split, tasks)
     try:
         harness, source = choose_harness(harness_path, benches)
         async with app.connect() as conn:
-            where = f"embedded nats-server ({app.settings.data_dir})" if conn.server else redact_url(conn.url)
+            where = f"embedded nats-server ({app.settings.data_dir})" if conn.server else mask_url(conn.url)
             total = len(ids) * settings.attempts
             console = stderr_console()
-            console.print(f"run {run_id}: {len(ids)} tasks × {settings.attempts} attempts of {models.main} "
+            console.print(f"run {run_id}: {len(ids)} tasks × {settings.attempts} attempts of {scrub(models.main)} "
                           f"with {source} on {where}", highlight=False)
             rollout = Rollout(benches, models, harness, log=conn.log, settings=settings, harness_source=source)
             extra: dict[str, Any] = {"bench": specs, "split": split, "tasks_per_game": tasks, "role": role}
@@ -150,8 +160,7 @@ async def _run(app: App, run_id: str, specs: list[str], split: str, tasks: int, 
                     passed += result.passed
                     bar.update(job, advance=1, passed=passed)
 
-                outcome = await rollout.rollout(run_id, ids, role=role, progress=progress, extra=extra)
-            return outcome.report
+                return await rollout.rollout(run_id, ids, role=role, progress=progress, extra=extra)
     finally:
         for bench in benches:
             bench.close()

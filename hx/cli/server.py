@@ -10,7 +10,7 @@ import structlog
 
 from hx.cli._app import App, pass_app
 from schemas.errors import HxError
-from streams.config import redact_url
+from streams.redaction import mask_url
 from streams.server import EmbeddedServer, free_port
 
 log = structlog.get_logger("hx.cli")
@@ -26,11 +26,12 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def server(app: App, port: int | None) -> None:
     """Run the embedded nats-server in the foreground.
 
-    Other hx commands on the same data directory join it; Ctrl-C stops it.
+    Other hx commands on the same data directory join it; Ctrl-C stops it. It demands the
+    user and password in DATA_DIR/nats/credentials.json (readable by you only).
     """
     if app.settings.url is not None:
         raise HxError(f"hx server runs the embedded nats-server, but a NATS URL is configured "
-                      f"({redact_url(app.settings.url)}); unset HX_NATS_URL / --nats-url to use it")
+                      f"({mask_url(app.settings.url)}); unset HX_NATS_URL / --nats-url to use it")
     embedded = EmbeddedServer(app.settings.data_dir)
     running = embedded.record()
     if running is not None and running.alive():
@@ -39,7 +40,8 @@ def server(app: App, port: int | None) -> None:
     # SIGTERM takes the same path as Ctrl-C, so the child server is stopped and the record removed.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     log.info("nats-server running; hx commands on this data dir join it, Ctrl-C stops it",
-             url=f"nats://127.0.0.1:{port}", data_dir=str(app.settings.data_dir))
+             url=f"nats://127.0.0.1:{port}", data_dir=str(app.settings.data_dir),
+             credentials=str(embedded.credentials_path))
     try:
         code = embedded.run_foreground(port)
     finally:

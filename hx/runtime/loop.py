@@ -41,7 +41,7 @@ from schemas.messages import Message, ToolCall, ToolResult, ToolSchema
 from schemas.tools import ToolInvoked, ToolReturned, VerifierScore
 from streams.connection import connect
 from streams.log import EventLog
-from streams.topology import trace_subject
+from streams.topology import check_run_id, trace_subject
 
 BLOCKED = "tool call blocked by the harness"
 
@@ -90,6 +90,7 @@ class RunLoop:
         Raises ``AttemptExists`` when (run, round, task, attempt) already has events on the
         log: the deterministic message ids would make the server drop the new attempt.
         """
+        check_run_id(run_id)  # before any connection: a huge id would surface as a protocol error
         async with self._log() as log:
             subject = trace_subject(run_id, round, task.spec.id, attempt)
             trace_log = log if self.harness.slots.tracer != "none" else None
@@ -142,7 +143,7 @@ class _Attempt:
         ctx = self.ctx
         self.tracer.emit(AttemptStarted(run_id=ctx.run_id, round=ctx.round, task_id=ctx.task_id,
                                         attempt=ctx.attempt, harness_digest=self.harness.digest,
-                                        model=self.router.models.chain("main")[0], seed=ctx.seed))
+                                        model=self.router.public(self.router.models.chain("main")[0]), seed=ctx.seed))
         status: AttemptStatus = "completed"
         reason = ""
         score = VerifierScore(verifier="none", passed=False)

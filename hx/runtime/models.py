@@ -16,9 +16,10 @@ import msgspec
 
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult, RunLoop
-from hx.runtime.providers.base import ProviderError
+from hx.runtime.providers.base import ModelSpecError, ProviderError, check_spec
 from hx.runtime.task import Task
 from streams.log import EventLog
+from streams.redaction import scrub
 
 
 class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -57,6 +58,37 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def options_for(self, spec: str) -> dict[str, Any]:
         """Provider options of a model spec."""
         return dict(self.provider_options.get(spec, {}))
+
+    def specs(self) -> list[tuple[str, str]]:
+        """(role, model spec) of every model any role may call, primaries and fallbacks, in order."""
+        roles = {"main": self.main, "judge": self.judge, "evaluator": self.evaluator, **self.roles}
+        return [(role, spec) for role, primary in roles.items() if primary
+                for spec in [primary, *self.fallback.get(role, [])]]
+
+    def check(self) -> None:
+        """Check every spec without calling a model: provider known, URL well formed, key present.
+
+        Raises ``ModelSpecError`` naming the role and the spec (credentials masked); a role
+        with fallbacks but no primary model is an error too.
+        """
+        orphans = sorted(set(self.fallback) - {role for role, _ in self.specs()})
+        if orphans:
+            raise ModelSpecError(f"fallback models for role(s) {', '.join(orphans)} that have no model")
+        for role, spec in self.specs():
+            try:
+                check_spec(spec, self.options_for(spec))
+            except ModelSpecError as exc:
+                raise ModelSpecError(f"role {role}: {exc}") from None
+
+    def public(self) -> ModelConfig:
+        """This configuration with credentials masked in every spec: what reports and run events show."""
+        def mask(spec: str | None) -> str | None:
+            return None if spec is None else scrub(spec)
+        return msgspec.structs.replace(
+            self, main=scrub(self.main), judge=mask(self.judge), evaluator=mask(self.evaluator),
+            roles={k: scrub(v) for k, v in self.roles.items()},
+            fallback={k: [scrub(s) for s in v] for k, v in self.fallback.items()},
+            provider_options={scrub(k): v for k, v in self.provider_options.items()})
 
     def agentic(self, harness: HarnessConfig, *, log: EventLog | None = None) -> Agent:
         """Bind this model configuration to a validated harness: an agent ready to run tasks."""

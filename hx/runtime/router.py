@@ -11,6 +11,7 @@ from schemas.event import Event
 from schemas.messages import Message, ToolSchema
 from schemas.model import ModelError, ModelRequest, ModelResponse
 from streams.log import EventLog
+from streams.redaction import scrub
 
 RETRYABLE = frozenset({"rate_limit", "connection", "server"})
 
@@ -36,7 +37,15 @@ class ModelRouter:
         self.models = models
         self.log = log
         self._providers: dict[str, Provider] = {}
+        self._public: dict[str, str] = {}
         self._sleep = sleep
+
+    def public(self, spec: str) -> str:
+        """A spec as events show it: credentials in its URL masked."""
+        shown = self._public.get(spec)
+        if shown is None:
+            shown = self._public[spec] = scrub(spec)
+        return shown
 
     def provider(self, spec: str) -> Provider:
         """The (cached) provider of a model spec."""
@@ -48,14 +57,15 @@ class ModelRouter:
     async def complete(self, role: str, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
                        ctx: CallContext, emit: Callable[[Event], None],
                        extra_params: Mapping[str, Any] | None = None) -> tuple[str, Completion]:
-        """Answer one request through the role's chain; return the model spec used and its completion."""
+        """Answer one request through the role's chain; return the model spec used (as shown) and its completion."""
         params = {**self.models.params_for(role), **(extra_params or {})}
         try_index = 0
         last: ProviderError | None = None
         chain = self.models.chain(role)
         for position, spec in enumerate(chain):
+            shown = self.public(spec)
             for retry in range(self.models.retries + 1):
-                emit(ModelRequest(role=role, model=spec, step=ctx.step, messages=messages, tools=tools,
+                emit(ModelRequest(role=role, model=shown, step=ctx.step, messages=messages, tools=tools,
                                   params=params, try_index=try_index))
                 try:
                     completion = await self.provider(spec).complete(messages, tools, params, ctx)
@@ -65,7 +75,7 @@ class ModelRouter:
                     fatal = isinstance(exc, ContextTooLong) or exc.kind == "context_length"
                     action: Literal["retry", "fallback", "raise"] = "raise" if fatal else "retry" if retryable else (
                         "fallback" if position + 1 < len(chain) else "raise")
-                    emit(ModelError(role=role, model=spec, step=ctx.step, kind=exc.kind, message=str(exc),
+                    emit(ModelError(role=role, model=shown, step=ctx.step, kind=exc.kind, message=str(exc),
                                     try_index=try_index, next_action=action))
                     try_index += 1
                     if action == "raise":
@@ -75,11 +85,11 @@ class ModelRouter:
                         await self._sleep(delay)
                         continue
                     break  # fall back to the next model of the chain
-                emit(ModelResponse(role=role, model=spec, model_version=completion.model_version, step=ctx.step,
+                emit(ModelResponse(role=role, model=shown, model_version=completion.model_version, step=ctx.step,
                                    content=completion.content, tool_calls=completion.tool_calls,
                                    stop_reason=completion.stop_reason, usage=completion.usage,
                                    logprobs=completion.logprobs, try_index=try_index))
-                return spec, completion
+                return shown, completion
         assert last is not None
         raise last
 

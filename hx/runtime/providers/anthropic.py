@@ -26,13 +26,16 @@ from anthropic.types import Message as ApiMessage
 from hx.runtime.providers.base import (
     CallContext,
     Completion,
+    ModelSpecError,
     Provider,
     ProviderError,
-    redact,
+    check_url,
+    option_or_env,
     register_provider,
 )
 from hx.runtime.providers.http_errors import classify_status, retry_after
 from schemas.messages import Message, ToolCall, ToolSchema, Usage
+from streams.redaction import mask_url, register, register_url, scrub
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TIMEOUT_S = 600.0
@@ -114,14 +117,29 @@ class AnthropicProvider(Provider):
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        self._key = self.setting("api_key", "ANTHROPIC_API_KEY")
+        self._key = self.secret("api_key", "ANTHROPIC_API_KEY")
         self.base_url: str | None = self.setting("base_url", "ANTHROPIC_BASE_URL") or None
         """The API's base URL (None: the SDK's default)."""
         self._timeout = float(self.options.get("timeout", DEFAULT_TIMEOUT_S))
         self._sdk: anthropic.AsyncAnthropic | None = None
 
     def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
+        return f"AnthropicProvider(model={self.model!r}, base_url={mask_url(self.base_url or '')!r})"
+
+    @classmethod
+    def check(cls, model: str, options: Mapping[str, Any]) -> None:
+        """A model name, an API key (option or ``ANTHROPIC_API_KEY``) and, if given, a well-formed base URL."""
+        where = f"model 'anthropic:{model}'"
+        if not model:
+            raise ModelSpecError(f"{where}: no model name, e.g. anthropic:claude-sonnet-4-6")
+        key = option_or_env(options, "api_key", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+        if not key:
+            raise ModelSpecError(f"{where}: no API key: set ANTHROPIC_API_KEY (or the model's api_key option)")
+        register(key)
+        url = option_or_env(options, "base_url", "ANTHROPIC_BASE_URL")
+        if url:
+            register_url(url)
+            check_url(url, where)
 
     def _client(self) -> anthropic.AsyncAnthropic:
         if self._sdk is None:
@@ -168,7 +186,7 @@ class AnthropicProvider(Provider):
 
     def _translate(self, exc: anthropic.AnthropicError) -> ProviderError:
         secrets = (self._key,) if self._key else ()
-        where = f"{self.spec} at {self.base_url or 'api.anthropic.com'}"
+        where = f"{self.spec} at {mask_url(self.base_url or 'api.anthropic.com')}"
         if isinstance(exc, anthropic.APIStatusError):
             kind = exc.type or "error"
             err = classify_status(exc.status_code, f"{kind}: {exc.api_message or exc.message}",
@@ -177,13 +195,13 @@ class AnthropicProvider(Provider):
                 return ProviderError("server", str(err), retry_after=retry_after(exc.response.headers))
             return err
         if isinstance(exc, anthropic.APITimeoutError):
-            return ProviderError("connection", redact(f"{where}: timed out", secrets))
+            return ProviderError("connection", scrub(f"{where}: timed out", secrets))
         if isinstance(exc, anthropic.APIConnectionError):
             cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
-            return ProviderError("connection", redact(f"{where}: {exc.message}{cause}", secrets))
+            return ProviderError("connection", scrub(f"{where}: {exc.message}{cause}", secrets))
         if isinstance(exc, anthropic.CredentialsError):
-            return ProviderError("authentication", redact(f"{where}: {exc}", secrets))
-        return ProviderError("other", redact(f"{where}: {type(exc).__name__}: {exc}", secrets))
+            return ProviderError("authentication", scrub(f"{where}: {exc}", secrets))
+        return ProviderError("other", scrub(f"{where}: {type(exc).__name__}: {exc}", secrets))
 
     async def aclose(self) -> None:
         """Close the SDK's HTTP client."""

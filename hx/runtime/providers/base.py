@@ -13,6 +13,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -20,6 +21,7 @@ from schemas.errors import HxError
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, Usage
 from schemas.model import ModelErrorKind
 from streams.log import EventLog
+from streams.redaction import mask_url, register, scrub
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,7 +54,7 @@ class ProviderError(HxError):
     def __init__(self, kind: ModelErrorKind, message: str, *, retry_after: float | None = None) -> None:
         self.kind: ModelErrorKind = kind
         self.retry_after = retry_after
-        super().__init__(redact(message))
+        super().__init__(scrub(message))
 
 
 class ContextTooLong(ProviderError):
@@ -62,15 +64,12 @@ class ContextTooLong(ProviderError):
         super().__init__("context_length", message)
 
 
-_SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HX_OPENAI_API_KEY", "HX_NATS_PASSWORD", "HX_NATS_TOKEN")
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Remove API keys (given, or found in the usual environment variables) from a message."""
-    for secret in (*secrets, *(os.environ.get(name, "") for name in _SECRET_ENV)):
-        if secret and len(secret) >= 8:
-            text = text.replace(secret, "***")
-    return text
+def option_or_env(options: Mapping[str, Any], name: str, *env: str) -> str:
+    """Option ``name``, else the first of the environment variables ``env`` that is set, else ``""``."""
+    value = options.get(name)
+    if value:
+        return str(value)
+    return next((v for v in (os.environ.get(e) for e in env) if v), "")
 
 
 class Provider(ABC):
@@ -90,15 +89,22 @@ class Provider(ABC):
 
     def setting(self, name: str, *env: str) -> str:
         """Option ``name``, else the first of the environment variables ``env`` that is set, else ``""``."""
-        value = self.options.get(name)
-        if value:
-            return str(value)
-        return next((v for v in (os.environ.get(e) for e in env) if v), "")
+        return option_or_env(self.options, name, *env)
+
+    def secret(self, name: str, *env: str) -> str:
+        """Like ``setting``, for a credential: the value is registered so that no output ever shows it."""
+        value = self.setting(name, *env)
+        register(value)
+        return value
 
     @abstractmethod
     async def complete(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
                        params: Mapping[str, Any], ctx: CallContext) -> Completion:
         """Answer one request, or raise ``ProviderError``."""
+
+    @classmethod  # noqa: B027 - optional: most providers need nothing checked
+    def check(cls, model: str, options: Mapping[str, Any]) -> None:
+        """Raise ``ModelSpecError`` when ``model`` and ``options`` cannot work; no network, no model call."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most providers hold nothing
         """Release connections."""
@@ -122,16 +128,46 @@ def register_provider(cls: type[Provider]) -> type[Provider]:
     return cls
 
 
-def make_provider(spec: str, *, log: EventLog | None = None, options: Mapping[str, Any] | None = None) -> Provider:
-    """Build the provider a spec names; unknown schemes are a clear error."""
+class ModelSpecError(ProviderError):
+    """A model spec cannot work: unknown provider, malformed URL, missing key. Found before a run starts."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("other", message)
+
+
+def provider_class(spec: str) -> tuple[type[Provider], str]:
+    """The provider class a spec names and the model part; ``ModelSpecError`` when there is none."""
     scheme, sep, model = spec.partition(":")
     if not sep:
-        raise ProviderError("other", f"model spec {spec!r} needs a scheme, e.g. 'anthropic:claude-sonnet-4-6'")
+        raise ModelSpecError(f"model spec {scrub(spec)!r} needs a scheme, e.g. 'anthropic:claude-sonnet-4-6'")
     cls = _PROVIDERS.get(scheme)
     if cls is None and scheme in BUILTIN_PROVIDERS:
         importlib.import_module(BUILTIN_PROVIDERS[scheme])  # registers the class on import
         cls = _PROVIDERS.get(scheme)
     if cls is None:
-        raise ProviderError("other", f"unknown model provider {scheme!r} in {spec!r}; known: "
-                                     f"{', '.join(sorted({*_PROVIDERS, *BUILTIN_PROVIDERS}))}")
+        raise ModelSpecError(f"unknown model provider {scheme!r} in {scrub(spec)!r}; known: "
+                             f"{', '.join(sorted({*_PROVIDERS, *BUILTIN_PROVIDERS}))}")
+    return cls, model
+
+
+def check_spec(spec: str, options: Mapping[str, Any] | None = None) -> None:
+    """Check a model spec without calling the model (provider known, URL well formed, key present)."""
+    cls, model = provider_class(spec)
+    cls.check(model, dict(options or {}))
+
+
+def check_url(url: str, where: str) -> None:
+    """Raise ``ModelSpecError`` unless ``url`` is an absolute http(s) URL with a host (and a valid port)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is the check: ValueError when it is not a number in range
+    except ValueError as exc:
+        raise ModelSpecError(f"{where}: malformed URL {mask_url(url)!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ModelSpecError(f"{where}: {mask_url(url)!r} is not an http:// or https:// URL with a host")
+
+
+def make_provider(spec: str, *, log: EventLog | None = None, options: Mapping[str, Any] | None = None) -> Provider:
+    """Build the provider a spec names; unknown schemes are a clear error."""
+    cls, model = provider_class(spec)
     return cls(model, log=log, options=options)

@@ -7,7 +7,8 @@ import re
 import time
 from collections.abc import Mapping
 
-from hx.runtime.providers.base import ContextTooLong, ProviderError, redact
+from hx.runtime.providers.base import ContextTooLong, ProviderError
+from streams.redaction import scrub
 
 CONTEXT_TOO_LONG = re.compile(
     r"prompt is too long|input is too long|context[ _]length|context window|context size|context limit|"
@@ -43,7 +44,7 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
 def classify_status(status: int, message: str, headers: Mapping[str, str], secrets: tuple[str, ...],
                     where: str) -> ProviderError:
     """The ``ProviderError`` an HTTP error status stands for, with secrets removed from the message."""
-    text = redact(f"{where}: HTTP {status}: {message}", secrets)
+    text = scrub(f"{where}: HTTP {status}: {message}", secrets)
     if status == 429:
         return ProviderError("rate_limit", text, retry_after=retry_after(headers))
     if status in (401, 403):

@@ -9,6 +9,7 @@ or ``OPENAI_API_KEY``) goes in a Bearer header and never into an error message.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,24 +18,38 @@ import httpx2
 from hx.runtime.providers.base import (
     CallContext,
     Completion,
+    ModelSpecError,
     Provider,
     ProviderError,
-    redact,
+    check_url,
+    option_or_env,
     register_provider,
 )
 from hx.runtime.providers.http_errors import classify_status
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, TopLogprob, Usage
+from streams.redaction import mask_url, register_url, scrub
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_TIMEOUT_S = 600.0
+_SPEC_URL = re.compile(r"@https?://")
 _MAX_BODY_IN_ERROR = 500
 
 def split_spec(model: str) -> tuple[str, str | None]:
-    """``MODEL@http://host/v1`` -> (``MODEL``, the URL); a plain model name has no URL."""
-    name, sep, url = model.rpartition("@")
-    if sep and name and url.startswith(("http://", "https://")):
-        return name, url
+    """``MODEL@http://host/v1`` -> (``MODEL``, the URL); a plain model name has no URL.
+
+    The URL starts at the first ``@`` followed by ``http://`` or ``https://``, so a URL that
+    carries credentials (``MODEL@http://user:password@host/v1``) stays whole.
+    """
+    match = _SPEC_URL.search(model)
+    if match and match.start() > 0:
+        return model[:match.start()], model[match.start() + 1:]
     return model, None
+
+
+def base_url(model: str, options: Mapping[str, Any]) -> str:
+    """The server's base URL for a spec's model part and options (spec, option, environment, default)."""
+    _, url = split_spec(model)
+    return (url or option_or_env(options, "base_url", "HX_OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
 
 
 def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -144,17 +159,30 @@ class OpenAIProvider(Provider):
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        name, url = split_spec(model)
-        self.model_name = name
+        self.model_name = split_spec(model)[0]
         """The model name sent to the server."""
-        self.base_url = (url or self.setting("base_url", "HX_OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        """The server's base URL (ending in ``/v1`` for most servers)."""
-        self._key = self.setting("api_key", "HX_OPENAI_API_KEY", "OPENAI_API_KEY")
+        self.base_url = base_url(model, self.options)
+        """The server's base URL (ending in ``/v1`` for most servers); credentials in it are registered secrets."""
+        register_url(self.base_url)
+        self._key = self.secret("api_key", "HX_OPENAI_API_KEY", "OPENAI_API_KEY")
         self._timeout = float(self.options.get("timeout", DEFAULT_TIMEOUT_S))
         self._http: httpx2.AsyncClient | None = None
 
     def __repr__(self) -> str:
-        return f"OpenAIProvider(model={self.model_name!r}, base_url={self.base_url!r})"
+        return f"OpenAIProvider(model={self.model_name!r}, base_url={mask_url(self.base_url)!r})"
+
+    @classmethod
+    def check(cls, model: str, options: Mapping[str, Any]) -> None:
+        """A model name, and a well-formed http(s) base URL (its credentials registered as secrets)."""
+        name, url = split_spec(model)
+        where = f"model {mask_url('openai:' + model)!r}"
+        if not name:
+            raise ModelSpecError(f"{where}: no model name (openai:MODEL or openai:MODEL@http://host:port/v1)")
+        if url is None and "://" in name:
+            raise ModelSpecError(f"{where}: the server URL after '@' must start with http:// or https://")
+        url = base_url(model, options)
+        register_url(url)
+        check_url(url, where)
 
     def _client(self) -> httpx2.AsyncClient:
         if self._http is None:
@@ -186,30 +214,30 @@ class OpenAIProvider(Provider):
     async def complete(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
                        params: Mapping[str, Any], ctx: CallContext) -> Completion:
         """POST ``/chat/completions`` and map the first choice, or raise a classified ``ProviderError``."""
-        where = f"{self.scheme}:{self.model_name} at {self.base_url}"
+        where = f"{self.scheme}:{self.model_name} at {mask_url(self.base_url)}"
         secrets = (self._key,) if self._key else ()
         try:
             response = await self._client().post("/chat/completions",
                                                  json=self.request_body(messages, tools, params))
         except httpx2.TimeoutException as exc:
-            raise ProviderError("connection", redact(f"{where}: timed out ({type(exc).__name__})",
+            raise ProviderError("connection", scrub(f"{where}: timed out ({type(exc).__name__})",
                                                      secrets)) from None
         except httpx2.TransportError as exc:
-            raise ProviderError("connection", redact(f"{where}: {type(exc).__name__}: {exc}", secrets)) from None
+            raise ProviderError("connection", scrub(f"{where}: {type(exc).__name__}: {exc}", secrets)) from None
         if response.status_code >= 400:
             raise classify_status(response.status_code, _error_message(response), response.headers, secrets, where)
         try:
             body = response.json()
         except ValueError:
-            raise ProviderError("other", redact(f"{where}: response is not JSON: "
+            raise ProviderError("other", scrub(f"{where}: response is not JSON: "
                                                 f"{response.text[:_MAX_BODY_IN_ERROR]}", secrets)) from None
         if not isinstance(body, dict):
-            raise ProviderError("other", redact(f"{where}: unexpected response {str(body)[:_MAX_BODY_IN_ERROR]}",
+            raise ProviderError("other", scrub(f"{where}: unexpected response {str(body)[:_MAX_BODY_IN_ERROR]}",
                                                 secrets))
         try:
             return parse_completion(body)
         except (AttributeError, TypeError, ValueError) as exc:
-            raise ProviderError("other", redact(f"{where}: malformed response ({exc}): "
+            raise ProviderError("other", scrub(f"{where}: malformed response ({exc}): "
                                                 f"{json.dumps(body)[:_MAX_BODY_IN_ERROR]}", secrets)) from None
 
     async def aclose(self) -> None:

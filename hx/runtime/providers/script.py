@@ -13,8 +13,15 @@ from typing import Any
 
 import msgspec
 
-from hx.runtime.providers.base import CallContext, Completion, Provider, ProviderError, register_provider
+from hx.runtime.providers.base import CallContext, Completion, ModelSpecError, Provider, register_provider
 from schemas.messages import Message, ToolSchema
+
+
+def _completions(model: str, options: Mapping[str, Any]) -> list[Completion]:
+    try:
+        return msgspec.convert(options.get("completions", []), list[Completion])
+    except msgspec.ValidationError as exc:
+        raise ModelSpecError(f"script:{model}: bad completions: {exc}") from None
 
 
 @register_provider
@@ -25,11 +32,13 @@ class ScriptProvider(Provider):
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        try:
-            self.script = msgspec.convert(self.options.get("completions", []), list[Completion])
-        except msgspec.ValidationError as exc:
-            raise ProviderError("other", f"script:{model}: bad completions: {exc}") from None
+        self.script = _completions(model, self.options)
         self._calls: dict[tuple[str, int, str, int], int] = {}
+
+    @classmethod
+    def check(cls, model: str, options: Mapping[str, Any]) -> None:
+        """The scripted completions must be well formed."""
+        _completions(model, options)
 
     async def complete(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
                        params: Mapping[str, Any], ctx: CallContext) -> Completion:

@@ -1,0 +1,185 @@
+"""Processes: hx signals only its own nats-server, fails fast when it dies, and ends cleanly on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+
+from schemas.lifecycle import RunFinished
+from streams.config import NatsSettings
+from streams.connection import connect
+from streams.server import EmbeddedServer, free_port, pid_alive, process_args, process_start
+from streams.topology import TRACE, trace_subject
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A port something else listens on (the recorded port, reused by another program)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def test_a_stale_record_naming_another_process_is_never_signalled(
+        tmp_path: Path, other_process: subprocess.Popen[bytes], listener: int) -> None:
+    root = tmp_path / "nats"
+    root.mkdir()
+    stale = {"pid": other_process.pid, "host": "127.0.0.1", "port": listener, "foreground": False, "auth": True,
+             "started": process_start(other_process.pid), "store": str(root / "store")}
+    (root / "server.json").write_text(json.dumps(stale))
+    assert EmbeddedServer(tmp_path).record() is not None
+    EmbeddedServer(tmp_path).release()  # a process leaving: it must not stop what the record names
+    assert other_process.poll() is None
+
+    (root / "server.json").write_text(json.dumps(stale))
+    server = EmbeddedServer(tmp_path)
+    server.acquire()  # not joined: the pid is no nats-server of this store, so a new server starts
+    try:
+        record = server.record()
+        assert record is not None and record.pid != other_process.pid and record.is_ours()
+        args = process_args(record.pid)
+        assert args is not None and str(server.store_dir) in args
+    finally:
+        server.release()
+    wait_for(lambda: not pid_alive(record.pid))
+    assert other_process.poll() is None
+
+
+def test_a_reused_pid_is_told_apart_by_its_start_time(tmp_path: Path) -> None:
+    server = EmbeddedServer(tmp_path)
+    server.acquire()
+    try:
+        record = server.record()
+        assert record is not None and record.is_ours()
+        moved = dict(json.loads(server.record_path.read_text()), started=(record.started or 0) + 1)
+        server.record_path.write_text(json.dumps(moved))
+        assert not EmbeddedServer(tmp_path).record().is_ours()  # type: ignore[union-attr]
+        server.record_path.write_text(json.dumps(dict(moved, started=record.started)))
+    finally:
+        server.release()
+
+
+# --- a running ``hx run`` ------------------------------------------------------------------
+
+def start_hx_run(data_dir: Path, run_id: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "HX_DATA_DIR": str(data_dir)}
+    env.pop("HX_NATS_URL", None)
+    # A session of its own: signals go to its process group, as a terminal's Ctrl-C would.
+    return subprocess.Popen([sys.executable, "-m", "hx", "run", "--tasks", "50", "--attempts", "2",
+                             "--run-id", run_id], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+async def _first_attempt_frame(url: str, run_id: str) -> None:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        seen = asyncio.get_running_loop().create_future()
+
+        async def on_msg(msg: nats.aio.msg.Msg) -> None:
+            if not msg.subject.endswith("._._") and not seen.done():
+                seen.set_result(msg.subject)
+        await nc.subscribe(f"hx.trace.{run_id}.*.*.*", cb=on_msg)
+        await asyncio.wait_for(seen, 120)
+    finally:
+        await nc.close()
+
+
+def wait_until_attempts_are_logged(data_dir: Path, run_id: str, proc: subprocess.Popen[str]) -> int:
+    """Block until the run's first attempt frame is on the log; return the server's pid."""
+    embedded = EmbeddedServer(data_dir)
+    wait_for(lambda: proc.poll() is None and (r := embedded.record()) is not None and r.alive())
+    record = embedded.record()
+    assert record is not None
+    user, password = embedded.credentials()
+    asyncio.run(_first_attempt_frame(f"nats://{user}:{password}@{record.host}:{record.port}", run_id))
+    return record.pid
+
+
+def game_jvms(pid: int) -> list[int]:
+    """The JVMs a process started (its java children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        args = process_args(int(entry.name)) or []
+        if ppid == pid and args and Path(args[0]).name == "java":
+            found.append(int(entry.name))
+    return found
+
+
+def run_finished(data_dir: Path, run_id: str) -> RunFinished:
+    async def read() -> RunFinished:
+        async with connect(NatsSettings(data_dir=data_dir)) as conn:
+            [record] = [r async for r in conn.log.read(TRACE.name, subjects=[trace_subject(run_id)],
+                                                       types=[RunFinished.TYPE])]
+            assert isinstance(record.event, RunFinished)
+            return record.event
+    return asyncio.run(read())
+
+
+@pytest.mark.slow
+def test_a_dead_embedded_server_ends_the_run_at_once_with_one_message(tmp_path: Path) -> None:
+    proc = start_hx_run(tmp_path, "orphaned")
+    try:
+        server_pid = wait_until_attempts_are_logged(tmp_path, "orphaned", proc)
+        os.kill(server_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - killed
+    assert proc.returncode == 1, err
+    assert took < 10, f"took {took:.1f}s to notice"
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: the embedded nats-server for {tmp_path} exited; see {tmp_path / 'nats'}"
+                      f"/nats-server.log"], err
+    assert err.count("warning") <= 1 and "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code", "group"), [(signal.SIGINT, 130, True), (signal.SIGTERM, 143, False)])
+def test_ctrl_c_or_sigterm_ends_the_run_cleanly(tmp_path: Path, sig: signal.Signals, code: int, group: bool) -> None:
+    proc = start_hx_run(tmp_path, "stopped")
+    try:
+        wait_until_attempts_are_logged(tmp_path, "stopped", proc)
+        jvms = game_jvms(proc.pid)
+        assert jvms, "the run should be playing games in JVMs by now"
+        if group:
+            os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole foreground group
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "Py4J" not in err and "Exception" not in err, err
+    assert all(not pid_alive(jvm) for jvm in jvms), "the game JVMs outlived the run"
+    finished = run_finished(tmp_path, "stopped")
+    assert finished.status == "cancelled"
+    assert finished.reason == ("cancelled (SIGTERM)" if sig == signal.SIGTERM else "cancelled")
+    assert free_port()  # and the machine is left usable
