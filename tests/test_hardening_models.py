@@ -15,6 +15,7 @@ from hx.runtime.providers.base import ModelSpecError
 from schemas.lifecycle import RunFinished
 from streams.config import NatsSettings
 from streams.connection import connect
+from streams.server import free_port
 from streams.topology import TRACE, trace_subject
 
 KEY_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "HX_OPENAI_API_KEY",
@@ -116,3 +117,12 @@ def test_some_attempts_failing_is_not_a_failed_run(tmp_path: Path, nats_url: str
     result = hx("--nats-url", nats_url, "--data-dir", str(tmp_path), "run", "--tasks", "2", "--attempts", "1",
                 "--max-steps", "3", "--run-id", "fine")
     assert result.exit_code == 0, result.output
+
+
+def test_an_unreachable_model_server_fails_the_run(tmp_path: Path, nats_url: str) -> None:
+    port = free_port()  # nothing listens there
+    result = hx("--nats-url", nats_url, "--data-dir", str(tmp_path), "run", "--tasks", "1", "--attempts", "1",
+                "--model", f"openai:m@http://127.0.0.1:{port}/v1", "--run-id", "unreachable")
+    assert result.exit_code == 1, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert "all 1 attempts failed for infrastructure reasons" in last and "ConnectError" in last, last

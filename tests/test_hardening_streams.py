@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,10 @@ def hx(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), env={"HX_NATS_URL": None, "HX_DATA_DIR": None})
 
 
-async def ledger_events(settings: NatsSettings, n: int) -> None:
-    """Append ``n`` ledger events through hx (which moves the ledger's head)."""
+async def ledger_events(settings: NatsSettings, n: int, first: int = 0) -> None:
+    """Append ``n`` ledger events (numbered from ``first``) through hx, which moves the ledger's head."""
     async with connect(settings) as conn:
-        for i in range(n):
+        for i in range(first, first + n):
             await conn.log.append("hx.ledger.test", RunStarted(run_id=f"edit-{i}"))
 
 
@@ -199,3 +200,17 @@ async def test_the_password_stays_the_same_across_restarts(tmp_path: Path) -> No
     async with connect(settings) as conn:  # a new server process on the same store and credentials
         assert [r.event async for r in conn.log.read()] == [RunStarted(run_id="r")]
     assert EmbeddedServer(tmp_path).credentials() == first
+
+
+async def test_a_store_restored_from_an_older_backup_is_found_truncated(tmp_path: Path) -> None:
+    """Same stream (same creation time), fewer events: the ledger edits made since the backup are gone."""
+    settings = NatsSettings(data_dir=tmp_path)
+    store = tmp_path / "nats" / "store"
+    await ledger_events(settings, 2)  # the last client leaves: the server stops, the store is at rest
+    shutil.copytree(store, tmp_path / "backup")
+    await ledger_events(settings, 3, first=2)
+    shutil.rmtree(store)
+    shutil.copytree(tmp_path / "backup", store)
+    with pytest.raises(StreamLoss, match="stream HX_LEDGER was truncated: its last sequence is 2, but hx saw 5"):
+        async with connect(settings):
+            pass
