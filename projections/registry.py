@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from projections.base import Projection
+from projections.harness_state import HarnessState
 from projections.task_history import TaskHistory
 from projections.trace_store import TraceStore
 
 PROJECTIONS: dict[str, type[Projection[Any]]] = {
     TraceStore.name: TraceStore,
     TaskHistory.name: TaskHistory,
+    HarnessState.name: HarnessState,
 }
 
 

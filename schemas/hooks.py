@@ -42,13 +42,16 @@ class StepStart(HookPayload, frozen=True, kw_only=True, tag="step_start"):
 
 
 class BeforeModel(HookPayload, frozen=True, kw_only=True, tag="before_model"):
-    """The model is about to be called; processors may change the last user message and the route."""
+    """The model is about to be called; processors may change the last user message, the route, and narrow the tools."""
 
     step: int
     messages: tuple[Message, ...] = ()
     tools: tuple[ToolSchema, ...] = ()
     route: str = ""
     """The model role to call (a ``ModelConfig`` role: ``judge``, or a name under ``roles``); empty is ``main``."""
+    offered: tuple[ToolSchema, ...] = ()
+    """The tools the step offered before any processor narrowed them; empty means ``tools`` is the whole offer
+    (nothing narrowed)."""
 
 
 class AfterModel(HookPayload, frozen=True, kw_only=True, tag="after_model"):
@@ -64,11 +67,13 @@ class AfterModel(HookPayload, frozen=True, kw_only=True, tag="after_model"):
 
 
 class BeforeTool(HookPayload, frozen=True, kw_only=True, tag="before_tool"):
-    """A tool is about to run; processors may change its input or withdraw approval."""
+    """A tool is about to run; processors may change its input, correct its tool name, or withdraw approval."""
 
     step: int
     call: ToolCall
     approved: bool = True
+    offered: tuple[str, ...] = ()
+    """The names of the tools offered to the model at this step (set by the run loop, read-only)."""
 
 
 class AfterTool(HookPayload, frozen=True, kw_only=True, tag="after_tool"):
@@ -112,9 +117,10 @@ class HookRecord(Event, frozen=True, kw_only=True):
     """A hook event as the run loop emitted it or as one processor chain returned it."""
 
     TYPE = "hook"
-    VERSION = 2
-    READS = (1,)
-    """Version 1 had no ``history``."""
+    VERSION = 3
+    READS = (1, 2)
+    """Version 1 had no ``history``; versions 1 and 2 lack ``BeforeModel.offered`` and ``BeforeTool.offered``
+    (both default to empty)."""
 
     stage: Literal["emitted", "returned"]
     step: int

@@ -41,6 +41,9 @@ class RoundStarted(Event, frozen=True, kw_only=True):
     """A round of a run began: one harness version applied to a batch of tasks."""
 
     TYPE = "round.started"
+    VERSION = 2
+    READS = (1,)
+    """Version 1 had no ``purpose``, ``variant``, ``candidate``, ``stage_round`` or ``first_attempt``."""
     LEVEL = "round"
 
     run_id: str
@@ -49,6 +52,17 @@ class RoundStarted(Event, frozen=True, kw_only=True):
     task_ids: tuple[str, ...] = ()
     split: str = ""
     attempts_per_task: int = 1
+    purpose: str = "main"
+    """Why the round ran: ``main`` (a round's rollouts), ``gate`` (a candidate's fresh attempts),
+    ``counterfactual`` (a candidate replayed over recorded responses) or ``heldout``."""
+    variant: str = ""
+    """The harness variant it ran (evolution runs)."""
+    candidate: str = ""
+    """The candidate it evaluated (gate and counterfactual rounds)."""
+    stage_round: int = -1
+    """The evolution round it belongs to (-1: none)."""
+    first_attempt: int = 0
+    """The number of its first attempt per task (attempts are ``first_attempt`` ..)."""
 
 
 class RoundFinished(Event, frozen=True, kw_only=True):

@@ -25,6 +25,8 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 
 SUBJECT_ROOT = "hx.es"
 STREAM_ROOT = "HX_ES"
+LEDGER_STREAM = "HX_LEDGER"
+LEDGER_ROOT = "hx.ledger"
 HEADER_TOPIC = "Hx-Es-Topic"
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQUENCE = "Nats-Batch-Sequence"
@@ -98,6 +100,11 @@ class StreamLayout:
     prefix: str
     kind: str = "events"
     replicas: int = 1
+    envelope: bool = False
+    """Events are hx events (topic = hx type name, state = its msgpack body): the messages get hx's
+    envelope headers too, so hx's own readers (``EventLog``) decode them like any other event."""
+    managed: bool = False
+    """The stream belongs to hx's topology (``streams.topology``): checked, never created, here."""
 
     @classmethod
     def for_app(cls, app_name: str, purpose: str = "events", replicas: int = 1) -> StreamLayout:
@@ -110,6 +117,12 @@ class StreamLayout:
         # subjects differ, so ensure_stream refuses the second instead of mixing them.
         stream = f"{STREAM_ROOT}_{app}" if kind == "events" else f"{STREAM_ROOT}_{app}_{kind}"
         return cls(stream=stream, prefix=f"{SUBJECT_ROOT}.{app}", kind=kind, replicas=replicas)
+
+    @classmethod
+    def on_ledger(cls, app_name: str) -> StreamLayout:
+        """The layout of an application whose aggregates live on hx's edit ledger (``HX_LEDGER``)."""
+        return cls(stream=LEDGER_STREAM, prefix=f"{LEDGER_ROOT}.{name_token(app_name or 'default')}",
+                   envelope=True, managed=True)
 
     @property
     def holds_tracking(self) -> bool:

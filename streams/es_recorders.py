@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -24,12 +25,16 @@ from eventsourcing.persistence import (
     Notification,
     PersistenceError,
     ProcessRecorder,
+    ProgrammingError,
     StoredEvent,
     Subscription,
     Tracking,
     TrackingRecorder,
 )
 
+from schemas.envelope import HX_SCHEMA_VERSION, HX_TIME, HX_TYPE
+from schemas.errors import SchemaError
+from schemas.event import event_type
 from streams.es_layout import (
     HEADER_TOPIC,
     OutMsg,
@@ -47,6 +52,15 @@ class _TrackingBody(msgspec.Struct, frozen=True):
 
     application_name: str
     notification_id: int
+
+
+def envelope_headers(topic: str) -> dict[str, str]:
+    """hx's envelope headers for an event stored under an hx type name (``StreamLayout.envelope``)."""
+    try:
+        cls = event_type(topic)
+    except SchemaError as e:
+        raise ProgrammingError(f"a ledger event's topic must be an hx event type: {e}") from None
+    return {HX_TYPE: cls.TYPE, HX_SCHEMA_VERSION: str(cls.VERSION), HX_TIME: str(time.time_ns())}
 
 
 class JetStreamRecorder:
@@ -81,10 +95,13 @@ class JetStreamAggregateRecorder(JetStreamRecorder, AggregateRecorder):
                     "appears twice in one insert"
                 )
             seen.add(key)
+            headers = {HEADER_TOPIC: topic_header(event.topic), EXPECTED_LAST_SUBJECT_SEQ: "0"}
+            if self.layout.envelope:
+                headers |= envelope_headers(event.topic)
             msgs.append(OutMsg(
                 subject=self.layout.event_subject(event.originator_id, event.originator_version),
                 data=event.state,
-                headers={HEADER_TOPIC: topic_header(event.topic), EXPECTED_LAST_SUBJECT_SEQ: "0"},
+                headers=headers,
             ))
         return msgs
 

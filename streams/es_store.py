@@ -233,6 +233,17 @@ class JetStreamDatastore:
 
     async def _ensure(self, layout: StreamLayout) -> None:
         config = layout.stream_config()
+        if layout.managed:  # hx's topology made it: only check that it takes our subjects
+            try:
+                existing = (await self._js.stream_info(layout.stream)).config
+            except nats.js.errors.NotFoundError:
+                raise ProgrammingError(f"stream {layout.stream} does not exist: it is made when hx connects "
+                                       "(streams.connection.connect applies the topology)") from None
+            uncovered = [s for s in config.subjects or () if not covered(s, existing.subjects or ())]
+            if uncovered or not existing.allow_atomic or not existing.allow_direct:
+                raise ProgrammingError(f"stream {layout.stream} does not take {uncovered} or lacks atomic batches "
+                                       "or direct gets")
+            return
         try:
             await self._js.add_stream(config)
         except nats.js.errors.BadRequestError as e:
@@ -382,6 +393,24 @@ class JetStreamDatastore:
             )
 
         return Watch(self, self.call(subscribe(), f"watch {subject_filter}", self.timeout))
+
+
+def covered(subject: str, filters: Sequence[str]) -> bool:
+    """True when a stream listening on ``filters`` captures every subject ``subject`` matches."""
+    want = subject.split(".")
+    for f in filters:
+        have = f.split(".")
+        for i, token in enumerate(have):
+            if token == ">":
+                if i < len(want):
+                    return True
+                break
+            if i >= len(want) or (token != "*" and token != want[i]) or (token == "*" and want[i] == ">"):
+                break
+        else:
+            if len(have) == len(want):
+                return True
+    return False
 
 
 def _header_size(headers: dict[str, str]) -> int:

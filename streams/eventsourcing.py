@@ -6,6 +6,8 @@ URL the embedded nats-server under ``HX_DATA_DIR`` is joined or started, and rel
 ``close()``. Like every library setting these may be prefixed with the application name
 (``MYAPP_HX_NATS_URL``). ``HX_ES_REPLICAS`` sets the stream replicas (default 1);
 ``CREATE_TABLE=false`` skips creating streams, as for the library's SQL modules.
+``HX_ES_LEDGER=yes`` keeps the application's aggregates on hx's edit ledger (``HX_LEDGER``,
+see ``streams.es_layout``); its mapper must then store hx events (topic = hx type name).
 
 Each application gets the stream ``HX_ES_<app>``: one message per event on
 ``hx.es.<app>.events.<originator_id>.<version>``, its notification id being the stream
@@ -79,6 +81,7 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
 
     CREATE_TABLE = "CREATE_TABLE"
     HX_ES_REPLICAS = "HX_ES_REPLICAS"
+    HX_ES_LEDGER = "HX_ES_LEDGER"
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
@@ -108,6 +111,8 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
         return environ
 
     def _layout(self, purpose: str = "events") -> StreamLayout:
+        if purpose == "events" and strtobool(self.env.get(self.HX_ES_LEDGER) or "no"):
+            return StreamLayout.on_ledger(self.env.name)
         replicas = int(self.env.get(self.HX_ES_REPLICAS) or 1)
         return StreamLayout.for_app(self.env.name, purpose, replicas)
 

@@ -43,12 +43,28 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     return {"model": "stand-in", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
 
 
+class RecordedReplies(BaseHTTPRequestHandler):
+    """A request handler that answers with bytes it is given and keeps the test's output quiet."""
+
+    def reply(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        """Send one response: status, headers (JSON unless told otherwise), a content length, the body."""
+        self.send_response(status)
+        for name, value in (headers or {"content-type": "application/json"}).items():
+            self.send_header(name, value)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nothing: the tests assert on what was sent, not on access logs."""
+
+
 @contextmanager
 def model_server(mode: Mode) -> Iterator[ModelServer]:
     """Serve chat completions on a free loopback port until the block ends."""
     seen = ModelServer()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(RecordedReplies):
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
             auth = self.headers.get("authorization", "")
@@ -58,15 +74,7 @@ def model_server(mode: Mode) -> Iterator[ModelServer]:
             else:
                 sent = base64.b64decode(auth.removeprefix("Basic ")).decode() if auth.startswith("Basic ") else auth
                 status, body = 401, {"error": {"message": f"invalid credentials {sent!r}"}}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+            self.reply(status, json.dumps(body).encode())
 
     with serving(Handler) as url:
         seen.url = url.removeprefix("http://")

@@ -7,34 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner, Result
+from hx_cli import error_line, hx, ok
 
 from hx.bench.results import from_json
-from hx.cli.main import cli
 from hx.harnesses import starter_harness
 from projections.task_history import pass_at_k
 from schemas.lifecycle import AttemptFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.topology import TRACE, trace_filter, trace_subject
-
-
-def hx(*args: str) -> Result:
-    """Invoke the command in-process, stdout and stderr captured apart."""
-    return CliRunner().invoke(cli, list(args), env={"HX_NATS_URL": None, "HX_DATA_DIR": None})
-
-
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, (result.output, result.exception)
-    return result
-
-
-def error_line(result: Result) -> str:
-    """Exit 1, the last stderr line an ``error:`` line, no traceback."""
-    assert result.exit_code == 1, result.output
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "Traceback" not in result.output, result.stderr
-    return last
 
 
 def check_consistent(data: dict[str, Any], tasks: int, attempts: int) -> None:

@@ -303,3 +303,87 @@ async def test_in_place_mutation_in_a_run_keeps_the_log_intact(nats_url: str) ->
             assert calls[0].input == {"text": "hi"}
             (trigger,) = [e for e in events if isinstance(e, ProcessorTriggered)]
             assert trigger.action == "interrupted" and trigger.hook == hook
+
+
+# --- narrowing the offer at before_model, correcting the tool name at before_tool ----------------------------
+
+
+def _game_tool(*values: str, description: str = "Act.") -> ToolSchema:
+    return ToolSchema(name="act", description=description, input_schema={
+        "type": "object", "required": ["action"],
+        "properties": {"action": {"type": "string", "enum": list(values)}, "times": {"type": "integer"}}})
+
+
+SHELL = ToolSchema(name="shell", description="Run.", input_schema={"type": "object", "properties": {
+    "cmd": {"type": "string"}}})
+OFFER = (_game_tool("look", "go north", "go south", "take key"), SHELL)
+STEP = BeforeModel(step=1, messages=HISTORY[:2], tools=OFFER)
+
+
+def test_a_narrowing_that_keeps_the_offer_passes() -> None:
+    narrowed = replace(STEP, tools=(_game_tool("look", "take key"),), offered=OFFER)
+    assert set(check_contract("p", "before_model", STEP, narrowed)) >= {"offered"}
+    further = replace(narrowed, tools=(_game_tool("take key"),))  # a later processor narrows again
+    assert check_contract("q", "before_model", narrowed, further)
+    restored = replace(narrowed, tools=OFFER)  # back up to the offer, never past it
+    assert check_contract("q", "before_model", narrowed, restored)
+    same = replace(STEP, offered=OFFER)  # recording the offer without narrowing
+    assert check_contract("p", "before_model", STEP, same) == ["offered"]
+    with_note = replace(narrowed, messages=(*STEP.messages, Message(role="user", content="hint")), route="judge")
+    assert check_contract("p", "before_model", STEP, with_note)
+
+
+NOT_NARROWINGS: list[tuple[str, str, Any]] = [
+    ("widen an enum", "tools[0].input_schema", (_game_tool("look", "go north", "go south", "take key", "jump"),)),
+    ("reorder values", "tools[0].input_schema", (_game_tool("go north", "look"),)),
+    ("empty an enum", "tools[0].input_schema", (_game_tool(),)),
+    ("change a description", "tools[0].description", (_game_tool("look", description="Other."),)),
+    ("add a tool", "tools[2]", (*OFFER, ToolSchema(name="extra"))),
+    ("reorder tools", "tools[1]", (SHELL, OFFER[0])),
+    ("drop every tool", "tools", ()),
+    ("change another schema field", "tools[0].input_schema", (ToolSchema(
+        name="act", description="Act.", input_schema={**OFFER[0].input_schema, "required": []}),)),
+    ("retype an enumerated property", "tools[0].input_schema", (ToolSchema(
+        name="act", description="Act.", input_schema={**OFFER[0].input_schema, "properties": {
+            "action": {"type": "number", "enum": ["look"]}, "times": {"type": "integer"}}}),)),
+]
+
+
+@pytest.mark.parametrize(("what", "field", "tools"), NOT_NARROWINGS, ids=[w for w, _, _ in NOT_NARROWINGS])
+def test_anything_but_a_narrowing_is_a_violation(what: str, field: str, tools: tuple[ToolSchema, ...]) -> None:
+    with pytest.raises(ContractViolation) as err:
+        check_contract("p", "before_model", STEP, replace(STEP, tools=tools, offered=OFFER))
+    assert err.value.field == field and "narrowing the tools" in str(err.value)
+
+
+def test_the_offer_must_be_kept_in_offered() -> None:
+    narrowed = replace(STEP, tools=(_game_tool("look"),), offered=OFFER)
+    with pytest.raises(ContractViolation) as err:  # narrowing without recording the offer
+        check_contract("p", "before_model", STEP, replace(STEP, tools=(_game_tool("look"),)))
+    assert err.value.field == "tools"
+    with pytest.raises(ContractViolation) as err:  # dropping the record a processor before made
+        check_contract("q", "before_model", narrowed, replace(narrowed, offered=()))
+    assert err.value.field == "offered"
+    with pytest.raises(ContractViolation) as err:  # changing it
+        check_contract("q", "before_model", narrowed, replace(narrowed, offered=(OFFER[0],)))
+    assert err.value.field == "offered"
+    with pytest.raises(ContractViolation) as err:  # "narrowing" to more than the offer by rewriting offered
+        wider = (_game_tool("look", "go north", "go south", "take key", "jump"), SHELL)
+        check_contract("p", "before_model", STEP, replace(STEP, tools=wider, offered=wider))
+    assert err.value.field == "offered"
+
+
+def test_before_tool_may_correct_the_tool_name_only_to_an_offered_one() -> None:
+    event = BeforeTool(step=1, call=replace(CALL, name="Echo "), offered=("echo", "shell"))
+    fixed = replace(event, call=replace(event.call, name="echo", input={"text": "HI"}))
+    assert check_contract("p", "before_tool", event, fixed) == ["call.name", "call.input"]
+    with pytest.raises(ContractViolation) as err:
+        check_contract("p", "before_tool", event, replace(event, call=replace(event.call, name="rm")))
+    assert err.value.field == "call.name"
+    with pytest.raises(ContractViolation) as err:
+        check_contract("p", "before_tool", event, replace(event, offered=("echo", "shell", "rm")))
+    assert err.value.field == "offered"
+    with pytest.raises(ContractViolation) as err:  # nothing offered: no name is a correction
+        check_contract("p", "before_tool", SAMPLES["before_tool"], replace(
+            SAMPLES["before_tool"], call=replace(CALL, name="shell")))
+    assert err.value.field == "call.name"

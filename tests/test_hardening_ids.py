@@ -6,20 +6,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from hx_cli import hx
 from toybench import RANDOM, ToyBench, ids
 
 from hx.bench.rollout import Rollout
-from hx.cli.main import cli
 from hx.harness.config import HarnessConfig
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.errors import InvalidRunId
 from streams.topology import RUN_ID_MAX, TRACE, check_run_id
-
-
-def hx(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"HX_NATS_URL": None, "HX_DATA_DIR": None})
 
 
 @pytest.mark.parametrize(("run_id", "message"), [

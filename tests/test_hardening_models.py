@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
+from hx_cli import hx
 from model_server import model_server
 
-from hx.cli.main import cli
 from hx.runtime.models import ModelConfig
 from hx.runtime.providers.base import ModelSpecError
 from schemas.lifecycle import RunFinished
@@ -26,10 +26,6 @@ KEY_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "O
 def no_ambient_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in KEY_ENV:
         monkeypatch.delenv(name, raising=False)
-
-
-def hx(*args: str, env: dict[str, str | None] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"HX_NATS_URL": None, "HX_DATA_DIR": None, **(env or {})})
 
 
 def refused_before_anything(result: Result, data_dir: Path, message: str) -> None:

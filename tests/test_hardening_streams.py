@@ -13,11 +13,10 @@ import msgspec
 import nats
 import nats.errors
 import pytest
-from click.testing import CliRunner, Result
+from hx_cli import hx
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from hx.cli.main import cli
 from schemas.integrity import StreamLossAccepted
 from schemas.lifecycle import RunStarted
 from streams.config import NatsSettings
@@ -26,10 +25,6 @@ from streams.errors import TopologyMismatch
 from streams.integrity import HEADS_BUCKET, StreamHead, StreamLoss
 from streams.server import EmbeddedServer, process_args
 from streams.topology import LEDGER, POSITIONS_BUCKET, TRACE, StreamSpec, apply_topology
-
-
-def hx(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"HX_NATS_URL": None, "HX_DATA_DIR": None})
 
 
 async def ledger_events(settings: NatsSettings, n: int, first: int = 0) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from model_server import serving
+from model_server import RecordedReplies, serving
 
 from hx.runtime.providers import (
     CallContext,
@@ -104,23 +104,15 @@ def sent_key(req: Received) -> str:
 
 
 def _handler(api: RecordedAPI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(RecordedReplies):
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
             headers = {k.lower(): v for k, v in self.headers.items()}
             recorded = api.next(Received("POST", self.path, headers, json.loads(raw or b"null")))
             # A fixture may echo the caller's key (servers do, in auth errors): it must not leak further.
             key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
-            data = json.dumps(recorded["body"]).replace("${API_KEY}", key).encode()
-            self.send_response(recorded["status"])
-            for name, value in recorded["headers"].items():
-                self.send_header(name, value)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+            self.reply(recorded["status"], json.dumps(recorded["body"]).replace("${API_KEY}", key).encode(),
+                       recorded["headers"])
 
     return Handler
 

@@ -150,7 +150,9 @@ def _sample(info: msgspec.inspect.Type, depth: int = 0) -> Any:
     if isinstance(info, ins.BytesType):
         return b"\x00\x01"
     if isinstance(info, ins.DictType):
-        return {"k": 1, "nested": {"a": [1, "two", None]}}
+        if isinstance(info.value_type, ins.AnyType):
+            return {"k": 1, "nested": {"a": [1, "two", None]}}
+        return {_sample(info.key_type, depth + 1): _sample(info.value_type, depth + 1)}
     if isinstance(info, ins.VarTupleType):
         return (_sample(info.item_type, depth + 1),)
     if isinstance(info, ins.TupleType):

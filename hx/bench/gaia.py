@@ -138,6 +138,10 @@ class GaiaTask(Task):
         self._events.append(EnvObservation(step=1, observation=f"answer submitted: {answer}", done=True,
                                            info={"answer": answer}))
 
+    def solution(self) -> tuple[str, ...]:
+        """The reference answer."""
+        return (self.question.answer,)
+
     def gold_answer(self) -> str:
         """The reference answer (for tests and the adapter kit)."""
         return self.question.answer

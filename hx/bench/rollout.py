@@ -211,6 +211,17 @@ class _UnbuiltTask(Task):
 
 
 @dataclass(frozen=True)
+class RoundLabel:
+    """What a round is for, as ``RoundStarted`` records it (evolution runs label their rounds)."""
+
+    purpose: str = "main"
+    variant: str = ""
+    candidate: str = ""
+    stage_round: int = -1
+    first_attempt: int = 0
+
+
+@dataclass(frozen=True)
 class RoundOutcome:
     """What a round produced: the report (from the log) and each attempt's own result."""
 
@@ -331,8 +342,14 @@ class Rollout:
             return _UnbuiltTask(str(tid), exc)
 
     async def run_round(self, run_id: str, round: int, task_ids: Iterable[TaskId | str], *,
-                        role: SplitRole = "adaptation", progress: Progress | None = None) -> RoundOutcome:
-        """Run every task ``settings.attempts`` times; return the report folded from the log."""
+                        role: SplitRole = "adaptation", progress: Progress | None = None,
+                        label: RoundLabel | None = None) -> RoundOutcome:
+        """Run every task ``settings.attempts`` times; return the report folded from the log.
+
+        ``label`` says what the round is for in an evolution run (purpose, variant,
+        candidate, evolution round) and from which attempt number to count.
+        """
+        label = label or RoundLabel()
         if role not in ROLES:
             raise RolloutError(f"split role {role!r} is not one of {', '.join(ROLES)}")
         tids = self.resolve(task_ids)
@@ -342,11 +359,13 @@ class Rollout:
         s = self.settings
         subject = trace_subject(run_id, round)
         started = RoundStarted(run_id=run_id, round=round, harness_digest=self.harness.digest, task_ids=names,
-                               split=role, attempts_per_task=s.attempts)
+                               split=role, attempts_per_task=s.attempts, purpose=label.purpose,
+                               variant=label.variant, candidate=label.candidate, stage_round=label.stage_round,
+                               first_attempt=label.first_attempt)
         await self._claim(subject, started,
                           f"round {round} of run {run_id!r} is already on the log; use another round or run id")
         began = time.perf_counter()
-        results = await self._attempts(run_id, round, tids, progress)
+        results = await self._attempts(run_id, round, tids, progress, label.first_attempt)
         elapsed = time.perf_counter() - began
         finished = RoundFinished(run_id=run_id, round=round, attempts=len(results),
                                  passed=sum(r.passed for r in results))
@@ -367,9 +386,10 @@ class Rollout:
         return RoundOutcome(report, tuple(results))
 
     async def _attempts(self, run_id: str, round: int, tids: Sequence[TaskId],
-                        progress: Progress | None) -> list[AttemptResult]:
+                        progress: Progress | None, first: int = 0) -> list[AttemptResult]:
         s = self.settings
-        todo = iter([(tid, a) for tid in tids for a in range(s.attempts)])
+        numbers = range(first, first + s.attempts)
+        todo = iter([(tid, a) for tid in tids for a in numbers])
         done: dict[tuple[str, int], AttemptResult] = {}
 
         async def worker() -> None:
@@ -390,7 +410,7 @@ class Rollout:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             raise
-        return [done[(str(tid), a)] for tid in tids for a in range(s.attempts)]
+        return [done[(str(tid), a)] for tid in tids for a in numbers]
 
     async def rollout(self, run_id: str, task_ids: Iterable[TaskId | str], *, round: int = 0,
                       role: SplitRole = "adaptation", progress: Progress | None = None, kind: str = "rollout",

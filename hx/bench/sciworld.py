@@ -152,6 +152,10 @@ class SciWorldTask(TextGameTask[ScienceWorldEnv]):
                              seed=task_id.seed, meta={"task": task_id.game, "variation": self.variation,
                                                       "simplifications": simplifications, "step_limit": step_limit})
 
+    def solution(self) -> tuple[str, ...]:
+        """ScienceWorld's gold action sequence (after ``reset``, when the benchmark generates gold paths)."""
+        return self._gold
+
     def gold_actions(self) -> tuple[str, ...]:
         """ScienceWorld's own solution, after ``reset`` (only when the benchmark has ``gold_path=True``)."""
         return self._gold

@@ -71,6 +71,10 @@ class TwxTask(TextGameTask[TextWorldExpressEnv]):
                              seed=task_id.seed, meta={"game": task_id.game, "env_seed": self.env_seed,
                                                       "params": params, "step_limit": step_limit})
 
+    def solution(self) -> tuple[str, ...]:
+        """The gold action sequence (after ``reset``, when the benchmark generates gold paths)."""
+        return self._gold
+
     def gold_actions(self) -> tuple[str, ...]:
         """The game's own solution after ``reset`` (a random walk in coin and twc: it varies between resets)."""
         return self._gold

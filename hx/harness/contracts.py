@@ -3,6 +3,12 @@
 The run loop compares every event a processor yields with the event it received and
 raises ``ContractViolation`` naming processor, hook and field for any change outside
 the hook's whitelist. There is no warn-only mode: a corrupted event never propagates.
+
+Two changes are checked by value, not only by path. At before_model the tools may only
+be narrowed: tools dropped (never all), or an enumerated property left with a non-empty
+subset of its values in their order, and the whole original offer kept in
+``offered``, so every later processor and the log still see what the step offered. At
+before_tool the call's tool name may only change to another name the step offered.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any
 import msgspec
 
 from hx.harness.errors import ContractViolation
-from schemas.hooks import BeforeModel, HookName, HookPayload
+from schemas.hooks import BeforeModel, BeforeTool, HookName, HookPayload
 from schemas.messages import Message
 
 
@@ -56,10 +62,65 @@ def _last_user(messages: tuple[Message, ...]) -> int | None:
     return None
 
 
+def _subsequence(part: list[Any], whole: list[Any]) -> bool:
+    """True when ``part`` is ``whole`` with some items left out, the rest in the same order."""
+    rest = iter(whole)
+    return all(any(item == other for other in rest) for item in part)
+
+
+def _narrowed_schema(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """True when ``new`` is ``old`` with, at most, fewer values (never none) in its properties' enums."""
+    if old == new:
+        return True
+    if old.keys() != new.keys() or any(old[k] != new[k] for k in old if k != "properties"):
+        return False
+    props, kept = old.get("properties"), new.get("properties")
+    if not isinstance(props, dict) or not isinstance(kept, dict) or props.keys() != kept.keys():
+        return False
+    for key, prop in props.items():
+        now = kept[key]
+        if prop == now:
+            continue
+        if not (isinstance(prop, dict) and isinstance(now, dict) and prop.keys() == now.keys()):
+            return False
+        enum, values = prop.get("enum"), now.get("enum")
+        if not isinstance(enum, list) or not isinstance(values, list) or not values:
+            return False
+        if any(prop[k] != now[k] for k in prop if k != "enum") or not _subsequence(values, enum):
+            return False
+    return True
+
+
+def _narrowing(before: BeforeModel, after: BeforeModel) -> list[str]:
+    """The violations of "``after.tools`` narrows the offer, and the offer is kept in ``offered``"."""
+    if after.tools == before.tools and after.offered == before.offered:
+        return []
+    offer = before.offered or before.tools
+    if (after.offered or after.tools) != offer:  # the offer was not kept: blame the field that lost it
+        return ["offered" if after.offered != before.offered else "tools"]
+    if offer and not after.tools:
+        return ["tools"]
+    names = [t.name for t in offer]
+    j = 0
+    for i, tool in enumerate(after.tools):
+        while j < len(offer) and names[j] != tool.name:
+            j += 1
+        if j == len(offer):
+            return [f"tools[{i}]"]  # added, renamed or moved
+        original = offer[j]
+        j += 1
+        if tool.description != original.description:
+            return [f"tools[{i}].description"]
+        if not _narrowed_schema(original.input_schema, tool.input_schema):
+            return [f"tools[{i}].input_schema"]
+    return []
+
+
 def _before_model(before: HookPayload, after: HookPayload, changed: list[str]) -> list[str]:
-    """Only the last user message's content may change, or exactly one user message be appended; and the route."""
+    """The last user message's content, or one appended user message; the route; a narrowing of the tools."""
     assert isinstance(before, BeforeModel) and isinstance(after, BeforeModel)
-    bad = [p for p in changed if not _within(p, ("messages", "route"))]
+    bad = [p for p in changed if not _within(p, ("messages", "route", "tools", "offered"))]
+    bad += _narrowing(before, after)
     old, new = before.messages, after.messages
     if len(new) == len(old) + 1 and new[:-1] == old:
         if new[-1].role != "user":
@@ -76,12 +137,24 @@ def _before_model(before: HookPayload, after: HookPayload, changed: list[str]) -
     return bad
 
 
+_before_tool_fields = _whitelist("call.input", "call.name", "approved")
+
+
+def _before_tool(before: HookPayload, after: HookPayload, changed: list[str]) -> list[str]:
+    """The call's input and approval; its tool name, only to another tool offered at this step."""
+    assert isinstance(before, BeforeTool) and isinstance(after, BeforeTool)
+    bad = _before_tool_fields(before, after, changed)
+    if after.call.name != before.call.name and after.call.name not in before.offered:
+        bad.append("call.name")
+    return bad
+
+
 CONTRACTS: dict[HookName, Rule] = {
     "task_start": _whitelist("system_prompt", "tools"),
     "step_start": _whitelist("messages"),
     "before_model": _before_model,
     "after_model": _whitelist("content", "tool_calls"),
-    "before_tool": _whitelist("call.input", "approved"),
+    "before_tool": _before_tool,
     "after_tool": _whitelist("result.output", "result.is_error", "result.data"),
     "step_end": _whitelist(),
     "task_end": _whitelist(),
@@ -91,9 +164,11 @@ CONTRACTS: dict[HookName, Rule] = {
 PERMITTED: dict[HookName, str] = {
     "task_start": "system prompt and the tools offered",
     "step_start": "structural history edits (messages)",
-    "before_model": "content of the last user message, or one appended user message; the model route",
+    "before_model": ("content of the last user message, or one appended user message; the model route; "
+                     "narrowing the tools (drop tools, keep a non-empty subset of an enum's values in order) "
+                     "with the original offer kept in `offered`"),
     "after_model": "response content and tool calls",
-    "before_tool": "tool input and approval flag",
+    "before_tool": "tool input and approval flag; the tool name, only to a name in `offered`",
     "after_tool": "tool result",
     "step_end": "nothing (read-only)",
     "task_end": "nothing (read-only)",

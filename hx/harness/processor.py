@@ -24,6 +24,9 @@ from schemas.hooks import HOOK_NAMES, HOOK_OF, HookName, HookPayload
 PRE = 0
 NORMAL = 50
 POST = 100
+FINAL = 150
+"""Observers and accountants that must see the event as every other processor, POST ones included, leaves it."""
+
 
 _REGISTRY: dict[str, type[Processor]] = {}
 
@@ -44,6 +47,17 @@ class Processor(msgspec.Struct, kw_only=True, dict=True, forbid_unknown_fields=T
     """Singleton groups that must run before this one at a shared hook."""
     dimension: ClassVar[str] = ""
     """The paper's behavioural dimension, D1..D9."""
+    addresses: ClassVar[tuple[str, ...]] = ()
+    """Failure categories (``schemas.ledger.FAILURE_CATEGORIES``) this processor is meant to address; the
+    offline evolver matches them to failing tasks."""
+    limits: ClassVar[tuple[str, ...]] = ()
+    """Numeric parameters that bound how long an attempt may go on before this processor ends it (larger is
+    more lenient): the offline evolver relaxes a processor that interrupted failing attempts by doubling them."""
+    calls_model: ClassVar[bool] = False
+    """True when it calls a model itself (a judge): a replay that must make no model call cannot run it."""
+    standalone: ClassVar[bool] = True
+    """False when its default parameters do nothing useful on their own (a list to fill in, a model role to
+    configure): the offline evolver, which attaches processors with their defaults, leaves it out."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

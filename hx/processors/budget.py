@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from hx.harness.errors import Interrupt
-from hx.harness.processor import POST, Processor
+from hx.harness.processor import FINAL, Processor
 from schemas.hooks import AfterModel, BeforeModel, BeforeTool
 
 _encode = msgspec.json.Encoder().encode
@@ -32,8 +32,9 @@ class Budget(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omi
     """Interrupt an attempt at its model-call, tool-call, token or cost limit (0 means no limit)."""
 
     name: ClassVar[str] = "budget"
-    _order: ClassVar[int] = POST  # count the prompt and the approvals as the other processors leave them
+    _order: ClassVar[int] = FINAL  # count the prompt and the approvals as every other processor, POST too, leaves them
     dimension: ClassVar[str] = "D7"
+    limits: ClassVar[tuple[str, ...]] = ("max_model_calls", "max_tool_calls", "max_tokens", "max_cost_usd")
 
     max_model_calls: int = 0
     max_tool_calls: int = 0

@@ -84,6 +84,10 @@ class LlmJudge(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, o
     name: ClassVar[str] = "llm_judge"
     _order: ClassVar[int] = POST
     dimension: ClassVar[str] = "D6"
+    addresses: ClassVar[tuple[str, ...]] = ("premature_answer",)
+    limits: ClassVar[tuple[str, ...]] = ("max_rejections",)
+    calls_model: ClassVar[bool] = True
+    standalone: ClassVar[bool] = False  # its defaults need configuring first
 
     model: str = ""
     """The judge's model spec, e.g. ``anthropic:claude-haiku-4-5``; empty uses the attempt's ``role``."""

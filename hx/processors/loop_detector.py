@@ -50,6 +50,8 @@ class LoopDetector(Processor, kw_only=True, dict=True, forbid_unknown_fields=Tru
     name: ClassVar[str] = "loop_detector"
     _order: ClassVar[int] = NORMAL
     dimension: ClassVar[str] = "D7"
+    addresses: ClassVar[tuple[str, ...]] = ("loop",)
+    limits: ClassVar[tuple[str, ...]] = ("warn_after", "interrupt_after")  # not max_period: larger catches more
 
     warn_after: int = 3
     """Repeats of the same action and observation that trigger a warning."""

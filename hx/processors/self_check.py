@@ -41,6 +41,7 @@ class SelfCheck(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     name: ClassVar[str] = "self_check"
     _order: ClassVar[int] = POST  # see the answer after every other after_model processor
     dimension: ClassVar[str] = "D6"
+    addresses: ClassVar[tuple[str, ...]] = ("premature_answer",)
 
     max_checks: int = 1
     """How many final answers are turned into checks per attempt."""

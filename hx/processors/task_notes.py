@@ -34,6 +34,7 @@ class TaskNotes(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
     _order: ClassVar[int] = PRE
     """Early, so it reads tool results before a trimming processor cuts them."""
     dimension: ClassVar[str] = "D3"
+    addresses: ClassVar[tuple[str, ...]] = ("partial_progress",)
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
     """Regular expressions; a result line matching any of them becomes a note."""

@@ -14,7 +14,8 @@ events of a small text-game attempt (``scenario()``; pass your own to exercise m
 in run order to one fresh instance rebuilt from the processor's parameters, as the
 run loop does per attempt. It checks that the processor
 
-- is registered, declares a dimension D1..D9, and rebuilds equal from its parameters;
+- is registered, declares a dimension D1..D9 and only failure categories of the
+  taxonomy in ``addresses``, and rebuilds equal from its parameters;
 - yields only events of the hook's type, within the hook's contract
   (``hx.harness.contracts.check_contract``);
 - never mutates the event it was given;
@@ -48,6 +49,7 @@ from schemas.hooks import (
     TaskEnd,
     TaskStart,
 )
+from schemas.ledger import FAILURE_CATEGORIES
 from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
 
 DIMENSIONS = tuple(f"D{i}" for i in range(1, 10))
@@ -62,6 +64,8 @@ SHELL = ToolSchema(name="shell", description="Run a shell command.",
 
 KITCHEN = "You are in the kitchen. A door leads north.\nMoves: 3"
 HALL = "You are in the hall. You see a brass key on the floor. The code 4711 is scratched into the wall."
+LOCKED = "You can't open the door: it is locked."
+NOTE = "You read the note:\n- the brass key\n- the door to the north\n1. then look around"
 LONG = "\n".join(f"line {i}: " + "lorem ipsum " * 8 for i in range(400))
 
 
@@ -108,6 +112,8 @@ def scenario() -> list[HookPayload]:
                            tool_call_id="call-201", name="act"))
     step2 = start + _exchange(1, "go north", HALL)
     step3 = step2 + _exchange(2, "go south", KITCHEN)
+    narrow = ToolSchema(name=ACT.name, description=ACT.description, input_schema={**ACT.input_schema, "properties": {
+        **ACT.input_schema["properties"], "command": {"type": "string", "enum": ["go north", "look", "take key"]}}})
     return [
         TaskStart(task=task, system_prompt="You are a text-game agent.", tools=tools),
         TaskStart(task=task, tools=()),
@@ -120,14 +126,18 @@ def scenario() -> list[HookPayload]:
         BeforeTool(step=1, call=_call(11, "look"), approved=False),
         AfterTool(step=1, call=_call(1, "go north"),
                   result=ToolResult(call_id="call-1", name="act", output=HALL)),
+        AfterTool(step=1, call=_call(5, "look"), result=ToolResult(call_id="call-5", name="act", output=NOTE)),
         AfterTool(step=1, call=_call(10, "ls", name="shell"),
                   result=ToolResult(call_id="call-10", name="shell", output="blocked", is_error=True)),
         AfterTool(step=1, call=_call(12, "look"), result=ToolResult(call_id="call-12", name="act", output=LONG)),
+        AfterTool(step=1, call=_call(4, "open door"), result=ToolResult(call_id="call-4", name="act", output=LOCKED)),
         StepEnd(step=1, messages=step2),
         StepStart(step=2, messages=step2),
         BeforeModel(step=2, messages=step2, tools=tools),
         AfterModel(step=2, tool_calls=(_call(2, "go south"),), model="script:kit"),
         BeforeTool(step=2, call=_call(2, "go south")),
+        BeforeTool(step=2, call=ToolCall(id="call-3", name="Act", input={"command": "go south"}),
+                   offered=("act", "shell")),  # a near-miss tool name, correctable to an offered one
         AfterTool(step=2, call=_call(2, "go south"),
                   result=ToolResult(call_id="call-2", name="act", output=KITCHEN.replace("3", "5"))),
         StepEnd(step=2, messages=step3),
@@ -137,6 +147,7 @@ def scenario() -> list[HookPayload]:
         BeforeModel(step=3, messages=long_history, tools=tools),
         BeforeModel(step=3, messages=start + _exchange(3, "look", KITCHEN), tools=tools),  # after a trim
         BeforeModel(step=3, messages=(*step3, Message(role="user", content="Hint: try the door.")), tools=tools),
+        BeforeModel(step=3, messages=step3, tools=(narrow, SHELL), offered=tools),  # narrowed by an earlier processor
         AfterModel(step=3, content="Done: the door is open.", model="script:kit"),
         StepEnd(step=3, messages=step3, done=True),
         TaskEnd(task_id="kit:rooms:0", passed=True, score=1.0, steps=3),
@@ -158,6 +169,9 @@ def check_metadata(processor: Processor) -> None:
         raise KitFailure(f"processor {name!r} is not registered under its name")
     if cls.dimension not in DIMENSIONS:
         raise KitFailure(f"processor {name!r} declares dimension {cls.dimension!r}, not one of D1..D9")
+    unknown = [c for c in cls.addresses if c not in FAILURE_CATEGORIES]
+    if unknown:
+        raise KitFailure(f"processor {name!r} addresses {unknown!r}, not in the taxonomy {FAILURE_CATEGORIES!r}")
     if not cls.accepted_hooks():
         raise KitFailure(f"processor {name!r} accepts no hook")
     rebuilt = build(name, processor.params())

@@ -15,13 +15,17 @@ the tool's JSON Schema:
 - converts a string to the property's ``integer``, ``number`` or ``boolean`` type when
   it parses as one.
 
+A call naming a tool not offered at this step (``BeforeTool.offered``) is renamed to
+the offered tool it nearly names, by the same case and spacing rule and cutoff as enum
+values (``Act`` or ``act `` for ``act``), before its input is corrected.
+
 The schemas are learnt from the tools offered, at task_start and again at every
 before_model (both passed through unchanged): a text game's ``act`` tool enumerates the
 actions valid now, so its enum changes every step, and a correction against the first
 step's enum would map a call onto an action that is no longer valid. Attach to
 ``["task_start", "before_model", "before_tool"]`` (task_start alone serves tools whose
-schemas never change). A call to an unknown tool, or with an input nothing can repair,
-passes unchanged.
+schemas never change). A call to a tool nothing offered resembles, or with an input
+nothing can repair, passes unchanged.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class ToolCallCorrector(Processor, kw_only=True, dict=True, forbid_unknown_field
     name: ClassVar[str] = "tool_call_corrector"
     _order: ClassVar[int] = NORMAL
     dimension: ClassVar[str] = "D4"
+    addresses: ClassVar[tuple[str, ...]] = ("invalid_action",)
 
     enum_cutoff: float = 0.75
     """Smallest ``difflib`` similarity (0..1) at which a value is mapped to an enum value."""
@@ -87,6 +92,8 @@ class ToolCallCorrector(Processor, kw_only=True, dict=True, forbid_unknown_field
     """Rename unknown keys that nearly match a schema property."""
     coerce_types: bool = True
     """Convert strings to the property's integer, number or boolean type."""
+    fix_names: bool = True
+    """Rename a call to a tool not offered at this step to the offered tool it nearly names."""
     tools: tuple[str, ...] = ()
     """Tool name globs to correct; empty means every tool."""
 
@@ -139,16 +146,19 @@ class ToolCallCorrector(Processor, kw_only=True, dict=True, forbid_unknown_field
 
     async def process(self, event: TaskStart | BeforeModel | BeforeTool
                       ) -> AsyncIterator[TaskStart | BeforeModel | BeforeTool]:
-        """Learn schemas at task_start and before_model; correct the call's input at before_tool."""
+        """Learn schemas at task_start and before_model; correct the call's tool name and input at before_tool."""
         if isinstance(event, TaskStart | BeforeModel):
             self.learn(event)
             yield event
             return
-        if not selected(event.call.name, self.tools):
+        name = event.call.name
+        if self.fix_names and event.offered and name not in event.offered:
+            name = closest_enum(name, list(event.offered), self.enum_cutoff) or name
+        if not selected(name, self.tools):
             yield event
             return
-        fixed = self.correct(event.call.name, event.call.input)
-        if fixed == event.call.input:
+        fixed = self.correct(name, event.call.input)
+        if fixed == event.call.input and name == event.call.name:
             yield event
             return
-        yield msgspec.structs.replace(event, call=msgspec.structs.replace(event.call, input=fixed))
+        yield msgspec.structs.replace(event, call=msgspec.structs.replace(event.call, name=name, input=fixed))

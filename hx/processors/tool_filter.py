@@ -28,6 +28,8 @@ class ToolFilter(Processor, kw_only=True, dict=True, forbid_unknown_fields=True,
     name: ClassVar[str] = "tool_filter"
     _order: ClassVar[int] = NORMAL
     dimension: ClassVar[str] = "D4"
+    addresses: ClassVar[tuple[str, ...]] = ("invalid_action",)
+    standalone: ClassVar[bool] = False  # its defaults need configuring first
 
     allow: tuple[str, ...] = ()
     """Globs of tool names to offer; empty offers every tool not denied."""

@@ -27,6 +27,8 @@ class ToolWhitelist(Processor, kw_only=True, dict=True, forbid_unknown_fields=Tr
     name: ClassVar[str] = "tool_whitelist"
     _order: ClassVar[int] = NORMAL
     dimension: ClassVar[str] = "D4"
+    addresses: ClassVar[tuple[str, ...]] = ("invalid_action",)
+    standalone: ClassVar[bool] = False  # its defaults need configuring first
 
     allow: tuple[str, ...] = ()
     """Globs of tool names that may run; empty allows every tool not denied."""

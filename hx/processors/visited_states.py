@@ -43,6 +43,7 @@ class VisitedStates(Processor, kw_only=True, dict=True, forbid_unknown_fields=Tr
     name: ClassVar[str] = "visited_states"
     _order: ClassVar[int] = NORMAL
     dimension: ClassVar[str] = "D3"
+    addresses: ClassVar[tuple[str, ...]] = ("loop", "stagnation")
 
     min_visits: int = 2
     """Visits of the current state (this one included) from which the note is shown."""

@@ -246,6 +246,7 @@ class _Attempt:
                     step=step, content=completion.content, tool_calls=completion.tool_calls,
                     stop_reason=completion.stop_reason, model=spec, usage=completion.usage), step)
                 calls: tuple[ToolCall, ...] = ()
+                offered = tuple(t.name for t in request.tools)
                 for resp in answered:
                     history += (Message(role="assistant", content=resp.content, tool_calls=resp.tool_calls),)
                     calls += resp.tool_calls
@@ -254,15 +255,19 @@ class _Attempt:
                 if not calls:
                     stop = self.answered = True  # the model stopped calling tools: it has answered
                 for call in calls:
-                    history += await self._tool(step, call)
+                    history += await self._tool(step, call, offered)
         ended = StepEnd(step=step, messages=history, done=stop or self.task.done)
         await self.pipes["step_end"].run(ended, step)
         return history, stop
 
-    async def _tool(self, step: int, call: ToolCall) -> tuple[Message, ...]:
-        """Run one tool call through before_tool, the tool and after_tool; return the tool messages."""
+    async def _tool(self, step: int, call: ToolCall, offered: tuple[str, ...]) -> tuple[Message, ...]:
+        """Run one tool call through before_tool, the tool and after_tool; return the tool messages.
+
+        ``offered`` names the tools the model was offered at this step; the tool run is the
+        one the before_tool pipeline leaves named (a processor may correct the name to one of them).
+        """
         out: tuple[Message, ...] = ()
-        approved = await self.pipes["before_tool"].run(BeforeTool(step=step, call=call), step)
+        approved = await self.pipes["before_tool"].run(BeforeTool(step=step, call=call, offered=offered), step)
         if not approved:
             return (Message(role="tool", content=BLOCKED, tool_call_id=call.id, name=call.name),)
         for req in approved:

@@ -57,6 +57,13 @@ class Task(ABC):
     async def verify(self, final_answer: str) -> VerifierScore:
         """Judge the attempt; ``final_answer`` is the model's last content."""
 
+    def solution(self) -> tuple[str, ...]:
+        """The reference solution after ``reset`` (gold actions, an expected answer), never shown to an agent.
+
+        The evolution gate scans every candidate for it (answer leakage); () when unknown.
+        """
+        return ()
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release the environment."""
 

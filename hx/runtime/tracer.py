@@ -133,6 +133,13 @@ class AttemptTracer:
         if final:
             await self.writer.settle()
 
+    async def drain(self) -> None:
+        """Write everything emitted so far and wait until it is stored (for tracers outside an attempt)."""
+        if self._buffer:
+            self._encode()
+            await self._write_all()
+        await self.writer.settle()
+
     async def _write_all(self) -> None:
         events, bodies = self._buffer, self._bodies
         self._buffer, self._bodies, self._bytes = [], [], 0

@@ -1,0 +1,31 @@
+"""The evolvers AEGIS can run, by name: ``offline`` (no network) and ``llm`` (a meta-model).
+
+>>> make_evolver("offline", meta=None, store=None).name
+'offline'
+>>> make_evolver("x", meta=None, store=None)
+Traceback (most recent call last):
+...
+hx.aegis.evolvers.base.EvolverError: unknown evolver 'x'; known: llm, offline
+"""
+
+from __future__ import annotations
+
+from hx.aegis.code import CodeStore
+from hx.aegis.evolvers.base import Evolver, EvolverError
+from hx.aegis.evolvers.llm import LlmEvolver
+from hx.aegis.evolvers.offline import OfflineEvolver
+from hx.aegis.meta import MetaAgent
+
+EVOLVERS: tuple[str, ...] = ("offline", "llm")
+"""The evolver names ``make_evolver`` knows."""
+
+
+def make_evolver(name: str, *, meta: MetaAgent | None, store: CodeStore | None) -> Evolver:
+    """The evolver called ``name``; ``EvolverError`` for an unknown name or ``llm`` without a meta-model."""
+    if name == "offline":
+        return OfflineEvolver()
+    if name == "llm":
+        if meta is None:
+            raise EvolverError("the llm evolver needs --meta-model")
+        return LlmEvolver(meta, store)
+    raise EvolverError(f"unknown evolver {name!r}; known: {', '.join(sorted(EVOLVERS))}")

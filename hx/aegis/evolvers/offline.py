@@ -1,0 +1,189 @@
+"""The offline evolver: a search over the typed edit space of library processors, no network.
+
+For each live variant it weighs the levers against the round's evidence:
+
+- a regression whose suspects are ships of this variant proposes removing what they
+  attached (regressions come first, as the landscape orders them);
+- a processor implicated in interrupted attempts proposes relaxing its limits
+  (numeric parameters that stop an attempt, doubled);
+- every library processor whose ``addresses`` meet the categories of the variant's
+  failing tasks, and that the variant does not hold yet, proposes attaching it at every
+  hook it serves, with its default parameters; the two and three heaviest are also
+  proposed together, as one larger step.
+
+A lever's weight is the number of failing tasks whose category it addresses, times its
+reputation (untried levers first, then by hit rate); banned levers and candidates already
+judged on the same base harness are skipped. The manifest predicts flips on exactly the
+supporting tasks and anchors them to their digests' evidence. Nothing here knows a
+benchmark, a game or a task: only categories, counts and the processors' declarations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from hx.aegis import levers
+from hx.aegis.evolvers.base import Context, Evolver, Proposal
+from hx.aegis.operations import apply
+from hx.aegis.state import lever_of
+from hx.harness.config import Attachment, HarnessConfig
+from hx.harness.errors import CompositionError
+from hx.harness.processor import Processor, processor_type
+from schemas.ledger import Anchor, Attach, Manifest, Remove, Reparam, TaskDigest
+
+MAX_PREDICTED = 40
+COMBINE_UP_TO = 3
+"""The largest combination of attachments proposed as one candidate."""
+MAX_EVIDENCE = 8
+
+
+def _summary(cls: type[Processor]) -> str:
+    doc = (cls.__doc__ or "").strip().splitlines()
+    return doc[0] if doc else cls.type_name()
+
+
+def relaxed(att: Attachment) -> dict[str, Any] | None:
+    """Doubled limits of an attachment (the ``limits`` its processor declares, where set), or None when none."""
+    try:
+        processor = att.build()
+    except CompositionError:
+        return None
+    current = msgspec.structs.asdict(processor)
+    out = {k: current[k] * 2 for k in type(processor).limits
+           if isinstance(current.get(k), int | float) and not isinstance(current[k], bool) and current[k] > 0}
+    return out or None
+
+
+class OfflineEvolver(Evolver):
+    """Attach, remove or re-parameterise library processors, matched to the failure categories."""
+
+    name = "offline"
+
+    async def propose(self, context: Context, k: int) -> list[Proposal]:
+        """Up to ``k`` candidates, the heaviest levers first."""
+        scored: list[tuple[float, str, Proposal]] = []
+        for variant, vstate in sorted(context.state.live().items()):
+            failing = [d for d in context.digests if d.variant == variant and not d.solved and d.category]
+            scored += self._reverts(context, variant, vstate.harness)
+            scored += self._relaxations(context, variant, vstate.harness, failing)
+            singles = self._attachments(context, variant, vstate.harness, failing)
+            scored += singles + _combinations(vstate.harness, sorted(singles, key=lambda s: (-s[0], s[1])))
+        seen: set[tuple[str, tuple[str, ...]]] = set()
+        out: list[Proposal] = []
+        for _, _, proposal in sorted(scored, key=lambda s: (-s[0], s[1])):
+            key = (proposal.variant, tuple(lever_of(op) for op in proposal.operations))
+            if key not in seen and self._fresh(context, proposal):
+                seen.add(key)
+                out.append(proposal)
+            if len(out) >= k:
+                break
+        return out
+
+    def _fresh(self, context: Context, proposal: Proposal) -> bool:
+        """False for a candidate already judged on this very base harness (it would only be rejected again)."""
+        base = context.state.variants[proposal.variant].harness.digest
+        return not any(c.proposal.variant == proposal.variant and c.proposal.base_digest == base
+                       and c.proposal.operations == proposal.operations for c in context.state.candidates.values())
+
+    def _reverts(self, context: Context, variant: str, harness: HarnessConfig) -> list[tuple[float, str, Proposal]]:
+        out = []
+        for reg in context.landscape.regressions:
+            if reg.variant != variant:
+                continue
+            for cid in reg.suspects:
+                for op in context.state.candidates[cid].proposal.operations:
+                    if not isinstance(op, Attach):
+                        continue
+                    group = processor_type(op.processor).group()
+                    if group not in harness.groups():
+                        continue
+                    revert = Remove(group=group)
+                    manifest = Manifest(
+                        intended_effect=f"undo {cid}: remove {group}, suspected of breaking tasks it solved before",
+                        categories=(), predicted_flips=tuple(r.task for r in context.landscape.regressions
+                                                             if cid in r.suspects)[:MAX_PREDICTED],
+                        evidence=_evidence(context.digests, [reg.task]), attribution=group)
+                    out.append((10.0 * len(manifest.predicted_flips), f"remove:{group}",
+                                Proposal(variant, (revert,), manifest)))
+        return out
+
+    def _relaxations(self, context: Context, variant: str, harness: HarnessConfig,
+                     failing: Sequence[TaskDigest]) -> list[tuple[float, str, Proposal]]:
+        out = []
+        interrupted = [d for d in failing if d.category == "interrupted" and d.implicated]
+        for att in harness.attachments:
+            group = att.group()
+            hit = [d for d in interrupted if d.implicated[0] == group]
+            params = relaxed(att) if hit else None
+            if not hit or params is None or f"reparam:{group}" in context.landscape.banned:
+                continue
+            manifest = Manifest(intended_effect=f"relax {group}: it ended attempts that might have succeeded",
+                                categories=("interrupted",), predicted_flips=tuple(d.task for d in hit)[:MAX_PREDICTED],
+                                evidence=_evidence(hit, [d.task for d in hit]), attribution=group)
+            out.append((float(len(hit)), f"reparam:{group}", Proposal(variant, (Reparam(group=group, params=params),),
+                                                                      manifest)))
+        return out
+
+    def _attachments(self, context: Context, variant: str, harness: HarnessConfig,
+                     failing: Sequence[TaskDigest]) -> list[tuple[float, str, Proposal]]:
+        out = []
+        records = {lever.name: lever for lever in context.landscape.levers}
+        groups = set(harness.groups())
+        for name, cls in sorted(levers.catalog(standalone=True).items()):
+            lever = records.get(name)
+            if cls.group() in groups or (lever is not None and lever.banned):
+                continue
+            support = [d for d in failing if d.category in cls.addresses]
+            if not support:
+                continue
+            op = Attach(processor=name, hooks=tuple(cls.accepted_hooks()))
+            try:
+                apply(harness, (op,))
+            except CompositionError:
+                continue  # this lever does not compose with the variant (a dependency it lacks, say)
+            weight = len(support) * (levers.reputation(lever) if lever is not None else 1.5)
+            manifest = Manifest(intended_effect=_summary(cls),
+                                categories=tuple(c for c in cls.addresses if any(d.category == c for d in support)),
+                                predicted_flips=tuple(d.task for d in support)[:MAX_PREDICTED],
+                                evidence=_evidence(support, [d.task for d in support]), attribution=cls.group())
+            out.append((weight, name, Proposal(variant, (op,), manifest)))
+        return out
+
+
+def _combinations(harness: HarnessConfig,
+                  singles: Sequence[tuple[float, str, Proposal]]) -> list[tuple[float, str, Proposal]]:
+    """The heaviest attachments taken together (two, then three): one structural step instead of several.
+
+    Levers that each address the same failures often help most together (one prunes what
+    another would explore); proposing the combinations lets the gate try the larger step
+    first, with the single levers still there if it fails.
+    """
+    out = []
+    for size in range(2, COMBINE_UP_TO + 1):
+        if len(singles) < size:
+            break
+        chosen = [p for _, _, p in singles[:size]]
+        ops = tuple(op for p in chosen for op in p.operations)
+        try:
+            apply(harness, ops)
+        except CompositionError:
+            continue
+        flips = tuple(dict.fromkeys(t for p in chosen for t in p.manifest.predicted_flips))[:MAX_PREDICTED]
+        lead = chosen[0].manifest
+        manifest = Manifest(
+            intended_effect="; ".join(p.manifest.intended_effect for p in chosen),
+            categories=tuple(dict.fromkeys(c for p in chosen for c in p.manifest.categories)),
+            predicted_flips=flips, evidence=tuple(dict.fromkeys(a for p in chosen for a in p.manifest.evidence))[
+                :MAX_EVIDENCE], attribution=lead.attribution)
+        weight = sum(w for w, _, _ in singles[:size])
+        out.append((weight, "+".join(n for _, n, _ in singles[:size]), Proposal(chosen[0].variant, ops, manifest)))
+    return out
+
+
+def _evidence(digests: Sequence[TaskDigest], tasks: Sequence[str]) -> tuple[Anchor, ...]:
+    wanted = set(tasks)
+    return tuple(a for d in digests if d.task in wanted for a in d.evidence)[:MAX_EVIDENCE]
+

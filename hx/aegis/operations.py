@@ -1,0 +1,128 @@
+"""Edit operations: typed builder operations applied to a harness, and what kind of edit each is.
+
+A candidate is a tuple of operations (``schemas.ledger``: attach, replace, remove,
+reparam) applied in order to its variant's harness through ``HarnessConfig``'s builder
+algebra, so every candidate type-checks exactly as a hand-built harness does (unknown
+processor, wrong hook, duplicate group: a ``CompositionError`` naming it). The bucket
+(prompt, tools, config, processor), the behavioural dimensions and a risk score are read
+off the operations, never claimed by the evolver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from hx.harness.config import HarnessConfig
+from hx.harness.errors import CompositionError
+from hx.harness.processor import build, processor_type
+from schemas.ledger import AnyEditOp, Attach, Bucket, Remove, Reparam, Replace
+
+PROMPT_DIMENSION = "D2"
+TOOL_DIMENSION = "D4"
+RISK: dict[str, float] = {"attach": 0.1, "reparam": 0.2, "replace": 0.4, "remove": 0.5}
+"""Risk of an operation kind; new code adds ``CODE_RISK``. A candidate's risk is its largest."""
+CODE_RISK = 0.8
+PROMPT_GROUPS = frozenset({"system_prompt_template", "task_notes"})
+"""Singleton groups whose parameters are prompt text: editing them is a prompt edit."""
+
+
+def apply(base: HarnessConfig, operations: Sequence[AnyEditOp]) -> HarnessConfig:
+    """The harness ``operations`` make of ``base`` (validated); ``CompositionError`` names the failing one."""
+    config = base
+    for i, op in enumerate(operations):
+        try:
+            config = _apply_one(config, op)
+        except CompositionError as exc:
+            raise CompositionError(f"operation {i + 1} ({describe(op)}): {exc}") from None
+    return config.validate()
+
+
+def _apply_one(config: HarnessConfig, op: AnyEditOp) -> HarnessConfig:
+    if isinstance(op, Attach):
+        return config.attach(op.hooks, build(op.processor, dict(op.params)))
+    if isinstance(op, Replace):
+        return config.replace(op.group, build(op.processor, dict(op.params)))
+    if isinstance(op, Remove):
+        return config.remove(op.group)
+    current = next((a for a in config.attachments if a.group() == op.group), None)
+    if current is None:
+        raise CompositionError(f"no processor in singleton group {op.group!r} to re-parameterise")
+    params: dict[str, Any] = {**current.params, **op.params}
+    return config.replace(op.group, build(current.type, params))
+
+
+def describe(op: AnyEditOp) -> str:
+    """One line naming what an operation does."""
+    if isinstance(op, Attach):
+        return f"attach {op.processor} at {'+'.join(op.hooks)}"
+    if isinstance(op, Replace):
+        return f"replace {op.group} with {op.processor}"
+    if isinstance(op, Remove):
+        return f"remove {op.group}"
+    return f"re-parameterise {op.group} ({', '.join(sorted(op.params))})"
+
+
+def _group_of(op: AnyEditOp) -> str:
+    if isinstance(op, Attach):
+        try:
+            return processor_type(op.processor).group()
+        except (CompositionError, ImportError):
+            # Not (yet) importable: new code before the sandbox built it, or a name that never
+            # existed (the build error says which). A processor's group defaults to its name.
+            return op.processor
+    return op.group
+
+
+def bucket_of(op: AnyEditOp) -> Bucket:
+    """The kind of edit: prompt text, the tool offer, a parameter change, or the processor set."""
+    group = _group_of(op)
+    if group in PROMPT_GROUPS:
+        return "prompt"
+    if isinstance(op, Reparam):
+        return "config"
+    kind = op.processor if isinstance(op, Attach | Replace) else None
+    dimension = _dimension(kind) if kind else ""
+    return "tools" if dimension == TOOL_DIMENSION and group.startswith("tool_") else "processor"
+
+
+def buckets_of(operations: Iterable[AnyEditOp]) -> tuple[Bucket, ...]:
+    """The buckets of a candidate's operations, each once, in order of first appearance."""
+    return tuple(dict.fromkeys(bucket_of(op) for op in operations))
+
+
+def dimensions_of(operations: Iterable[AnyEditOp], base: HarnessConfig) -> tuple[str, ...]:
+    """The behavioural dimensions (D1..D9) the operations touch."""
+    dims: list[str] = []
+    for op in operations:
+        if isinstance(op, Attach | Replace):
+            dims.append(_dimension(op.processor))
+        else:
+            current = next((a for a in base.attachments if a.group() == op.group), None)
+            if current is not None:
+                dims.append(_dimension(current.type))
+    return tuple(dict.fromkeys(d for d in dims if d))
+
+
+def _dimension(processor: str) -> str:
+    try:
+        return processor_type(processor).dimension
+    except (CompositionError, ImportError):
+        return ""
+
+
+def risk_of(operations: Iterable[AnyEditOp], *, new_code: bool = False) -> float:
+    """The candidate's risk: its riskiest operation, or new code."""
+    kinds = [RISK[str(type(op).__struct_config__.tag)] for op in operations]
+    return max([*kinds, CODE_RISK if new_code else 0.0], default=0.0)
+
+
+def strings_in(value: Any) -> list[str]:
+    """Every string inside an operation's parameters (what the leakage scan reads)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*strings_in(k), *strings_in(v))]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in strings_in(v)]
+    return []

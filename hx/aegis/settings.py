@@ -1,0 +1,52 @@
+"""The loop's settings, its progress callbacks, and a round as the results table shows it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hx.aegis.variants import Strategy
+from schemas.ledger import HeldoutScored, RoundDecided
+
+
+@dataclass(frozen=True)
+class EvolveSettings:
+    """Algorithm 1's knobs and the strategy."""
+
+    rounds: int = 6
+    """T: the most rounds to run."""
+    patience: int = 3
+    """P: rounds in a row without a ship that end the run."""
+    alpha: float = 0.05
+    """Actionability below which a round is a no-op."""
+    candidates: int = 3
+    """K: candidates the evolver may propose per round."""
+    strategy: Strategy = "ensemble"
+    max_variants: int = 3
+    heldout_every: int = 0
+    """Also evaluate the held-out split after every N-th round (0: only before and after)."""
+    risk_threshold: float = 0.7
+    """Candidates riskier than this wait for a human."""
+
+
+@dataclass
+class RoundRow:
+    """One round as the results table shows it."""
+
+    round: int
+    outcome: str
+    variants: int
+    shipped: tuple[str, ...]
+    pass_at_k: float | None
+    rollouts: int
+    seconds: float | None
+
+
+@dataclass
+class Progress:
+    """Callbacks the command line uses to show a run as it goes (all optional)."""
+
+    round: Callable[[int], None] = lambda t: None
+    stage: Callable[[int, str], None] = lambda t, what: None
+    decided: Callable[[RoundDecided], None] = lambda d: None
+    heldout: Callable[[HeldoutScored], None] = lambda h: None

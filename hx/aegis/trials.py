@@ -1,0 +1,176 @@
+"""Trials: every rollout of an evolution run, through the same rollout code as ``hx run``, labelled on the log.
+
+Each rollout is a trace round of its own (numbered in order of need), and its
+``RoundStarted`` says what it is for: ``main`` (a round's adaptation rollouts of one
+variant), ``gate`` (a candidate's attempts), ``counterfactual`` (a candidate replayed over
+recorded responses) or ``heldout``. Main and gate rollouts use the same attempt seeds
+(attempts ``0 .. k-1`` of each task): a candidate is compared with its variant on equal
+terms, and the next round's main rollout of a shipped candidate repeats exactly what its
+gate saw, so a variant's solved tasks stay solved (the adaptation curve cannot fall).
+Held-out rollouts run the frozen split and hand back aggregates only. The counterfactual
+check reads recorded attempts and replays them without a model or an environment
+(``hx.aegis.counterfactual``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hx.aegis.counterfactual import replay
+from hx.aegis.digester import cluster_of
+from hx.aegis.gate import Fresh, Tries
+from hx.aegis.ledger import LedgerConflict
+from hx.bench.registry import Benchmark
+from hx.bench.results import AttemptOutcome, summarise
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, RoundOutcome, RunExists, SplitRole, Splits
+from hx.harness.config import HarnessConfig
+from hx.runtime.loop import AttemptResult
+from hx.runtime.models import ModelConfig
+from schemas.ledger import GameScore, TaskDigest
+from schemas.lifecycle import AttemptFinished
+from streams.log import EventLog
+from streams.topology import TRACE, trace_subject
+
+RETRIES = 2
+"""A solved task lost on the paired seeds is retried up to ``RETRIES * k`` times on fresh seeds."""
+RETRY_BASE = 1000
+"""Attempt numbers of retries start here, far from any main rollout's ``0 .. k-1``."""
+MAX_REPLAYED = 8
+"""Solved tasks a counterfactual check replays (each with all its attempts)."""
+
+
+@dataclass
+class Trials:
+    """Runs the rollouts of one evolution run and keeps count of them."""
+
+    log: EventLog
+    run_id: str
+    benchmarks: Sequence[Benchmark]
+    models: ModelConfig
+    settings: RolloutSettings
+    splits: Splits
+    next_round: int
+    """The next free trace round of the run."""
+    on_attempt: Callable[[AttemptResult], None] | None = None
+    rollouts: int = 0
+    """Attempts run since the counter was last reset."""
+    stage_round: int = 0
+    digests: dict[str, tuple[TaskDigest, ...]] = field(default_factory=dict)
+    """Variant -> its digests of the current round (the gate's reference)."""
+    main_rounds: dict[str, int] = field(default_factory=dict)
+    """Variant -> the trace round of its main rollout in the current round."""
+
+    async def run(self, harness: HarnessConfig, tasks: Sequence[str], *, role: SplitRole, label: RoundLabel,
+                  models: ModelConfig | None = None,
+                  settings: RolloutSettings | None = None) -> tuple[int, RoundOutcome]:
+        """One labelled trace round of ``tasks`` under ``harness``; its number and outcome."""
+        trace_round = self.next_round
+        self.next_round += 1
+        rollout = Rollout(self.benchmarks, models or self.models, harness, log=self.log,
+                          settings=settings or self.settings, splits=self.splits,
+                          harness_source=label.variant or "evolve")
+        try:
+            outcome = await rollout.run_round(self.run_id, trace_round, tasks, role=role, label=label,
+                                              progress=self.on_attempt)
+        except RunExists:
+            raise LedgerConflict(f"another evolver works on run {self.run_id!r}: it claimed trace round {trace_round} "
+                                 "first") from None
+        self.rollouts += len(outcome.results)
+        return trace_round, outcome
+
+    async def main(self, variant: str, harness: HarnessConfig, tasks: Sequence[str]) -> int:
+        """The round's adaptation rollout of one variant; its trace round."""
+        trace_round, _ = await self.run(harness, tasks, role="adaptation",
+                                        label=RoundLabel(purpose="main", variant=variant, stage_round=self.stage_round))
+        self.main_rounds[variant] = trace_round
+        return trace_round
+
+    # --- what the gate asks for -----------------------------------------------------------
+
+    def solved(self, variant: str) -> list[str]:
+        """The variant's tasks solved in the current round's main rollout."""
+        return [d.task for d in self.digests.get(variant, ()) if d.solved]
+
+    async def counterfactual(self, harness: HarnessConfig, variant: str) -> list[tuple[str, str, str]]:
+        """(attempt, verdict, where) for solved attempts of the variant's main rollout replayed under ``harness``."""
+        source = self.main_rounds.get(variant)
+        if source is None:
+            return []
+        out: list[tuple[str, str, str]] = []
+        for task in self.solved(variant)[:MAX_REPLAYED]:
+            for attempt in range(self.settings.attempts):
+                subject = trace_subject(self.run_id, source, task, attempt)
+                records = [r async for r in self.log.read(TRACE.name, subjects=[subject])]
+                if any(isinstance(r.event, AttemptFinished) and r.event.passed for r in records):
+                    verdict, where = await replay(harness, records)
+                    out.append((f"{task}#{attempt}", verdict, where))
+        return out
+
+    async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str]) -> Fresh:
+        """The candidate on the variant's solved tasks and predicted flips (paired seeds), and retries of losses."""
+        solved = self.solved(variant)
+        failing = {d.task for d in self.digests.get(variant, ()) if not d.solved}
+        wanted = [*solved, *(t for t in flips if t in failing and t not in solved)]
+        if not wanted:
+            return Fresh(solved={}, flips={})
+        label = RoundLabel(purpose="gate", variant=variant, candidate=candidate, stage_round=self.stage_round)
+        trace_round, outcome = await self.run(harness, wanted, role="adaptation", label=label)
+        rounds = [trace_round]
+        tries = _tries(outcome.results)
+        keep = set(solved)
+        lost = [t for t in solved if tries[t].passes == 0]
+        retries: dict[str, Tries] = {}
+        one = RolloutSettings(attempts=1, concurrency=self.settings.concurrency, max_steps=self.settings.max_steps,
+                              seed=self.settings.seed, timeout_s=self.settings.timeout_s)
+        for wave in range(RETRIES * self.settings.attempts):
+            if not lost:
+                break
+            first = RETRY_BASE + wave  # fresh seeds: attempt numbers no main rollout uses
+            trace_round, outcome = await self.run(harness, lost, role="adaptation", settings=one,
+                                                  label=dataclasses.replace(label, first_attempt=first))
+            rounds.append(trace_round)
+            for r in outcome.results:
+                old = retries.get(r.task_id, Tries(0, 0))
+                retries[r.task_id] = Tries(old.attempts + 1, old.passes + int(r.passed))
+            lost = [t for t in lost if retries[t].passes == 0]
+        return Fresh(solved={t: v for t, v in tries.items() if t in keep},
+                     flips={t: v for t, v in tries.items() if t not in keep}, retries=retries,
+                     trace_rounds=tuple(rounds))
+
+    # --- the held-out split --------------------------------------------------------------
+
+    async def heldout(self, routes: dict[str, tuple[HarnessConfig, list[str]]]) -> tuple[int, int,
+                                                                                        list[AttemptOutcome]]:
+        """Every held-out task under the variant its cluster routes to; (first trace round, tasks, outcomes)."""
+        first = self.next_round
+        outcomes: list[AttemptOutcome] = []
+        for variant, (harness, tasks) in sorted(routes.items()):
+            _, outcome = await self.run(harness, tasks, role="heldout", label=RoundLabel(
+                purpose="heldout", variant=variant, stage_round=self.stage_round))
+            outcomes += [AttemptOutcome(task_id=r.task_id, attempt=r.attempt, passed=r.passed, score=r.score,
+                                        steps=r.steps, status=r.status) for r in outcome.results]
+        return first, sum(len(t) for _, t in routes.values()), outcomes
+
+
+def _tries(results: Sequence[AttemptResult]) -> dict[str, Tries]:
+    out: dict[str, Tries] = {}
+    for r in results:
+        old = out.get(r.task_id, Tries(0, 0))
+        out[r.task_id] = Tries(old.attempts + 1, old.passes + int(r.passed))
+    return out
+
+
+def game_scores(outcomes: Sequence[AttemptOutcome], attempts: int) -> tuple[float | None, float | None,
+                                                                            tuple[GameScore, ...]]:
+    """Aggregate held-out figures: pass@1 and pass@2 overall and per game, no per-task verdict."""
+    report = summarise(outcomes, attempts=attempts)
+    games = tuple(GameScore(game=g.game, tasks=g.tasks, pass_at_1=g.pass_at_1, pass_at_2=g.pass_at_2)
+                  for g in report.games)
+    return report.overall.pass_at_1, report.overall.pass_at_2, games
+
+
+def clusters_of(tasks: Sequence[str]) -> tuple[str, ...]:
+    """The clusters of some tasks, each once, in order."""
+    return tuple(dict.fromkeys(cluster_of(t) for t in tasks))

@@ -1,0 +1,190 @@
+"""``hx evolve``: evolve a harness with AEGIS on benchmark tasks, judged on a frozen held-out split.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(evolve_command, ["--help"]).exit_code
+0
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+from rich.table import Table
+
+import hx.bench  # noqa: F401 - registers the benchmark adapters
+from hx.aegis.evolvers import EVOLVERS, make_evolver
+from hx.aegis.session import EvolutionReport, EvolveJob, Parts, new_job, run_evolution
+from hx.aegis.settings import EvolveSettings
+from hx.aegis.variants import STRATEGIES
+from hx.bench.results import ResultsClaim
+from hx.bench.rollout import RolloutSettings
+from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
+from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
+from hx.cli.run import choose_harness, new_run_id, select_tasks
+from hx.runtime.models import ModelConfig
+from schemas.errors import HxError
+
+DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
+
+
+@click.command("evolve")
+@click.option("--bench", "benches", multiple=True, default=DEFAULT_BENCHES, show_default=True, metavar="BENCH[:GAME]",
+              help="Benchmark or benchmark:game (repeatable).")
+@click.option("--tasks", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Adaptation tasks per game (the dev split's first N).")
+@click.option("--heldout-tasks", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Held-out tasks per game (the test split's first N), evaluated before and after, never evolved on.")
+@click.option("--rounds", type=click.IntRange(min=1), default=6, show_default=True, help="T: the most rounds.")
+@click.option("--patience", type=click.IntRange(min=1), default=3, show_default=True,
+              help="P: rounds in a row without a ship that end the run.")
+@click.option("--alpha", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="Actionability below which a round is a no-op.")
+@click.option("--candidates", type=click.IntRange(min=1, max=16), default=3, show_default=True,
+              help="K: candidates proposed per round.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="ensemble", show_default=True)
+@click.option("--variants", "max_variants", type=click.IntRange(min=1, max=16), default=3, show_default=True,
+              help="Most variants the ensemble keeps.")
+@click.option("--evolver", type=click.Choice(EVOLVERS), default="offline", show_default=True)
+@click.option("--meta-model", metavar="SPEC", default="",
+              help="Model of the LLM stages (evolver, critic, digester prose), e.g. anthropic:claude-sonnet-4-6.")
+@click.option("--model", default="random:", show_default=True, metavar="SPEC", help="The task agent's model.")
+@click.option("--harness", "harness_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE", help="Initial harness  [default: the benchmark family's starter harness]")
+@click.option("--attempts", type=click.IntRange(min=1, max=16), default=2, show_default=True,
+              help="Attempts per task (k of pass@k).")
+@click.option("--concurrency", type=click.IntRange(min=1, max=256), default=4, show_default=True)
+@click.option("--max-steps", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--heldout-every", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also evaluate the held-out split after every N-th round (0: before and after only).")
+@click.option("--risk-threshold", type=click.FloatRange(0, 1), default=0.7, show_default=True,
+              help="Candidates riskier than this wait for a human.")
+@click.option("--approve", is_flag=True, help="Ask for approvals at the terminal instead of waiting for hx approve.")
+@click.option("--run-id", callback=run_id_option, help="Run id  [default: evolve-<UTC time>-<random>]")
+@click.option("--resume", "resume_id", callback=run_id_option, metavar="RUN",
+              help="Continue a run from its ledger (its recorded settings; the options above are ignored).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Where to save the report  [default: DATA_DIR/results/RUN.json]")
+@pass_app
+def evolve_command(app: App, benches: tuple[str, ...], tasks: int, heldout_tasks: int, rounds: int, patience: int,
+                   alpha: float, candidates: int, strategy: str, max_variants: int, evolver: str, meta_model: str,
+                   model: str, harness_path: Path | None, attempts: int, concurrency: int, max_steps: int, seed: int,
+                   heldout_every: int, risk_threshold: float, approve: bool, run_id: str | None,
+                   resume_id: str | None, as_json: bool, out: Path | None) -> None:
+    """Evolve a harness from its traces (AEGIS), every decision on the edit ledger.
+
+    Each round runs every variant on the adaptation tasks, digests the attempts, plans,
+    proposes candidates, criticises and gates them (no solved task may regress) and ships
+    or forks. The held-out tasks are evaluated before the first round and after the last.
+    Runs anywhere with the defaults: random agent, offline evolver, embedded nats-server.
+    """
+    if evolver == "llm" and not meta_model and resume_id is None:
+        raise click.BadParameter("the llm evolver needs --meta-model", param_hint="--meta-model")
+    ModelConfig(main=model).check()
+    if meta_model:
+        ModelConfig(main=meta_model).check()
+    settings = EvolveSettings(rounds=rounds, patience=patience, alpha=alpha, candidates=candidates,
+                              strategy=strategy, max_variants=max_variants,  # type: ignore[arg-type]
+                              heldout_every=heldout_every, risk_threshold=risk_threshold)
+    run_id = resume_id or run_id or new_run_id().replace("run-", "evolve-", 1)
+    claim = ResultsClaim(out or app.settings.data_dir / "results" / f"{run_id}.json") if resume_id is None else None
+    rollout = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed)
+    try:
+        result = run(_evolve(app, run_id, list(benches), tasks, heldout_tasks, model, harness_path, evolver,
+                             meta_model, rollout, settings, approve, resume=resume_id is not None))
+    except BaseException:
+        if claim is not None:
+            claim.release()
+        raise
+    text = json.dumps(_as_dict(result), indent=2, default=str) + "\n"
+    path = (out or app.settings.data_dir / "results" / f"{run_id}.json")
+    if claim is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if as_json:
+        click.echo(text, nl=False)
+    else:
+        console = stdout_console()
+        console.print(rounds_table(result))
+        console.print(heldout_table(result))
+    click.echo(f"saved {path}", err=as_json)
+
+
+async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout_tasks: int, model: str,
+                  harness_path: Path | None, evolver_name: str, meta_model: str, rollout: RolloutSettings,
+                  settings: EvolveSettings, approve: bool, *, resume: bool) -> EvolutionReport:
+    async with app.connect() as conn:
+        job: EvolveJob | None = await load_job(conn, run_id) if resume else None
+        if resume and job is None:
+            raise HxError(f"run {run_id!r} has no ledger to resume")
+        bench_specs = list(job.benches) if job else specs
+        benches, _ = select_tasks(bench_specs, "dev", 1)
+        try:
+            if job is None:
+                harness, source = choose_harness(harness_path, benches)
+                job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout_tasks, model=model,
+                              harness=harness, harness_source=source, evolver=evolver_name, meta_model=meta_model,
+                              rollout=rollout, settings=settings)
+            console = stderr_console()
+            console.print(f"evolve {run_id}: {len(job.adaptation)} adaptation and {len(job.heldout)} held-out tasks, "
+                          f"{job.evolver} evolver, {job.loop_settings.strategy}, up to {job.loop_settings.rounds} "
+                          f"rounds on {'the embedded nats-server' if conn.server else 'NATS'}", highlight=False)
+            with EvolveProgress(console, job.loop_settings.rounds) as progress:
+                llm = llm_parts(conn, job, app.settings.data_dir)
+                evolver = make_evolver(job.evolver, meta=llm.meta, store=llm.store)
+                check = llm.code_check
+                parts = Parts(evolver, progress.callbacks(), on_attempt=progress.attempt, critic=llm.critic,
+                              code_check=check, code_source=check.sources if check else None,
+                              approver=progress.approver if approve else None, prose=llm.prose, store=llm.store)
+                try:
+                    return await run_evolution(conn, benches, job, parts, resume=resume)
+                finally:
+                    await evolver.aclose()
+                    await llm.aclose()
+        finally:
+            for bench in benches:
+                bench.close()
+
+
+def rounds_table(result: EvolutionReport) -> Table:
+    """One row per round: outcome, variants, ships, adaptation pass@k, rollouts, seconds."""
+    table = Table(title=f"evolve {result.run_id} · {result.status}", header_style="bold")
+    for name in ("round", "outcome", "variants", "shipped", "adaptation pass@k", "rollouts", "seconds"):
+        table.add_column(name, justify="left" if name in ("outcome", "shipped") else "right")
+    for row in result.rounds:
+        table.add_row(str(row.round), row.outcome, str(row.variants), ", ".join(row.shipped) or "–",
+                      "–" if row.pass_at_k is None else f"{row.pass_at_k:.2f}", f"{row.rollouts:,}",
+                      "–" if row.seconds is None else f"{row.seconds:.1f}")
+    return table
+
+
+def heldout_table(result: EvolutionReport) -> Table:
+    """Per game: held-out pass@2 before the first round and after the last."""
+    table = Table(title="held-out (test split) pass@2", header_style="bold")
+    for name in ("game", "tasks", "round 0", "final", "change"):
+        table.add_column(name, justify="left" if name == "game" else "right")
+
+    def fmt(value: float | None) -> str:
+        return "–" if value is None else f"{value:.2f}"
+    for game, before, after in result.games():
+        b = before.pass_at_2 if before else None
+        a = after.pass_at_2 if after else None
+        change = "–" if a is None or b is None else f"{100 * (a - b):+.0f} pts"
+        known = before or after
+        table.add_row(game, str(known.tasks) if known else "0", fmt(b), fmt(a), change)
+    return table
+
+
+def _as_dict(result: EvolutionReport) -> dict[str, Any]:
+    data = asdict(result)
+    for key in ("heldout_before", "heldout_after"):
+        value = getattr(result, key)
+        data[key] = msgspec.to_builtins(value) if value is not None else None
+    return data
+

@@ -1,0 +1,208 @@
+"""``hx export``: an evolution run's directory (the HarnessX paper's appendix E.1 layout), folded from its ledger.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(export_command, ["--help"]).exit_code
+0
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+import click
+
+from hx.aegis.code import CodeStore
+from hx.aegis.export import render
+from hx.aegis.export_fold import ExportError
+from hx.aegis.export_rounds import trajectory_name
+from hx.aegis.ledger import Ledger
+from hx.aegis.session import restore_plugins
+from hx.bench.rollout import round_roles
+from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
+from hx.cli.log import json_line
+from schemas.history import resolve_async
+from schemas.ledger import CandidateProposed, LedgerEvent, RoundDigested
+from schemas.lifecycle import AttemptFinished
+from streams.log import EventLog
+from streams.topology import TRACE, TraceAddress, trace_filter
+
+OPEN_FILES = 64
+"""Trajectory files kept open at once (attempts interleave on the log; the least recent is closed first)."""
+
+
+@click.command("export")
+@click.argument("run_id", metavar="RUN", callback=run_id_option)
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--trajectories", is_flag=True,
+              help="Also write each round's main-rollout attempts from the trace, conversations resolved "
+                   "(R<n>/trajectories/TASK.ATTEMPT.jsonl).")
+@click.option("--force", is_flag=True, help="Replace DIR even when it is not empty (its contents are removed).")
+@pass_app
+def export_command(app: App, run_id: str, directory: Path, trajectories: bool, force: bool) -> None:
+    """Write RUN's evolution record to DIR, folded from its edit ledger.
+
+    DIR gets INDEX.md, journal.md, curves.json, scoreboard.json, audit.jsonl, data/ and one
+    R<n>/ folder per round (landscape, candidate cards, applied harnesses, decision, gate
+    verdicts, regressions, task digests). The same ledger gives the same bytes. The files
+    are written beside DIR first and moved into place at the end, so a failure leaves DIR
+    as it was.
+    """
+    target = check_target(directory, force=force)
+    count = run(_export(app, run_id, target, with_trajectories=trajectories, force=force))
+    click.echo(f"exported run {run_id} to {directory} ({count} files)")
+
+
+def check_target(directory: Path, *, force: bool) -> Path:
+    """The absolute target directory, if it may be written: missing, empty, or not empty with ``force``."""
+    target = directory.expanduser().absolute()
+    try:
+        if target.exists() and not target.is_dir():
+            raise ExportError(f"{directory} exists and is not a directory")
+        if target.is_dir() and any(target.iterdir()):
+            if not force:
+                raise ExportError(f"{directory} exists and is not empty; pass --force to replace it")
+            real, cwd = target.resolve(), Path.cwd().resolve()
+            if real == cwd or real in cwd.parents or real == Path.home().resolve():
+                raise ExportError(f"refusing to replace {directory}: it is the current directory, one of its "
+                                  "parents, or the home directory")
+    except OSError as exc:
+        raise ExportError(f"cannot use {directory}: {exc.strerror or exc}") from None
+    return target
+
+
+class Staging:
+    """A scratch directory beside the target, moved into its place once every file is written."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.path = target.parent / f".{target.name}.export-{uuid.uuid4().hex[:12]}"
+        self.done = False
+
+    def __enter__(self) -> Staging:
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if not self.done:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def write(self, files: Mapping[str, bytes]) -> None:
+        """Write files by relative path."""
+        for rel, data in files.items():
+            path = self.path / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+    def commit(self, *, force: bool) -> None:
+        """Put the written directory in the target's place (a non-empty one only with ``force``; removed after)."""
+        old: Path | None = None
+        if self.target.is_dir():
+            if any(self.target.iterdir()):
+                if not force:  # it filled up while we wrote
+                    raise ExportError(f"{self.target} is no longer empty; pass --force to replace it")
+                old = self.target.parent / f".{self.target.name}.replaced-{uuid.uuid4().hex[:12]}"
+                self.target.rename(old)
+            else:
+                self.target.rmdir()
+        try:
+            self.path.rename(self.target)
+        except OSError:
+            if old is not None:
+                old.rename(self.target)  # put the previous contents back
+            raise
+        self.done = True
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+async def _export(app: App, run_id: str, target: Path, *, with_trajectories: bool, force: bool) -> int:
+    async with app.connect() as conn:
+        ledger = Ledger(conn, run_id)
+        try:
+            if await ledger.load() is None:
+                raise ExportError(f"run {run_id!r} has no ledger")
+            records = list(ledger.records)
+        finally:
+            await ledger.close()
+        if any(isinstance(r, CandidateProposed) and r.code for r in records):
+            # Harnesses that name new processor code build only with its (gate-proven) modules on the path.
+            await restore_plugins(CodeStore(conn.log, app.settings.data_dir.resolve() / "plugins"), records)
+        try:
+            with Staging(target) as staging:
+                trajectories = await write_trajectories(conn.log, run_id, records, staging.path) if (
+                    with_trajectories) else {}
+                files = render(records, trajectories)
+                staging.write(files)
+                staging.commit(force=force)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise ExportError(f"cannot write {target}: {exc.strerror or exc}{where}; nothing was exported") from None
+        quarantine_note(conn.log)
+    return len(files) + sum(len(v) for t in trajectories.values() for v in t.values())
+
+
+class _Files:
+    """Append-only files with at most ``OPEN_FILES`` open at once."""
+
+    def __init__(self) -> None:
+        self.handles: dict[Path, BinaryIO] = {}
+
+    def write(self, path: Path, data: bytes) -> None:
+        """Append ``data`` to ``path``."""
+        handle = self.handles.pop(path, None)
+        if handle is None:
+            if len(self.handles) >= OPEN_FILES:
+                self.handles.pop(next(iter(self.handles))).close()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = path.open("ab")
+        self.handles[path] = handle  # (re-)inserted last: the most recently used
+        handle.write(data)
+
+    def close(self, path: Path | None = None) -> None:
+        """Close one file, or all of them."""
+        for p in [path] if path is not None else list(self.handles):
+            handle = self.handles.pop(p, None)
+            if handle is not None:
+                handle.close()
+
+
+async def write_trajectories(log: EventLog, run_id: str, records: Sequence[LedgerEvent],
+                             root: Path) -> dict[int, dict[str, list[str]]]:
+    """Each round's main-rollout attempts as JSON lines under ``root/R<n>/trajectories/``; round -> task -> files.
+
+    Reads only the subjects of the trace rounds the round's digest names (and the
+    round-level ``round.started`` events, to keep the main rollouts), attempt by attempt
+    in log order, with every conversation resolved.
+    """
+    roles = await round_roles(log, run_id)
+    out: dict[int, dict[str, list[str]]] = {}
+    digests = {r.round: r for r in records if isinstance(r, RoundDigested)}
+    for digested in (digests[n] for n in sorted(digests)):
+        rounds = [t for t in digested.trace_rounds if t in roles and roles[t].purpose == "main"]
+        if not rounds:
+            continue
+        folder = root / f"R{digested.round}" / "trajectories"
+        found: dict[str, set[int]] = {}
+        files = _Files()
+        try:
+            reads = log.read(TRACE.name, subjects=[trace_filter(run_id, t) for t in rounds])
+            async for record in resolve_async(reads, strict=False):
+                addr = TraceAddress.parse(record.subject)
+                if addr.task is None or addr.attempt is None:
+                    continue
+                path = folder / trajectory_name(addr.task, addr.attempt)
+                files.write(path, json_line(record))
+                found.setdefault(addr.task, set()).add(addr.attempt)
+                if isinstance(record.event, AttemptFinished):
+                    files.close(path)
+        finally:
+            files.close()
+        out[digested.round] = {task: [trajectory_name(task, a) for a in sorted(attempts)]
+                               for task, attempts in sorted(found.items())}
+    return out

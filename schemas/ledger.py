@@ -1,0 +1,479 @@
+"""The edit ledger: what AEGIS decided, round by round, as immutable events on ``HX_LEDGER``.
+
+Every event of a run's ledger names the run and carries ``prev``, the digest of the event
+before it (``ledger_digest``), so the ledger of a run is a hash chain: an edited, dropped
+or reordered event breaks it. The value types (edit operations, manifests, digests, the
+landscape, gate checks) are the payloads the four stages and the gate exchange.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import msgspec
+
+from schemas.envelope import encode_body
+from schemas.event import Event, Payload
+
+FailureCategory = Literal["infrastructure", "interrupted", "premature_answer", "env_failure", "loop",
+                          "invalid_action", "stagnation", "no_progress", "partial_progress"]
+FAILURE_CATEGORIES: tuple[FailureCategory, ...] = (
+    "infrastructure", "interrupted", "premature_answer", "env_failure", "loop", "invalid_action", "stagnation",
+    "no_progress", "partial_progress")
+"""The digester's taxonomy, in the order a failure is classified (the first that applies wins)."""
+Bucket = Literal["prompt", "tools", "config", "processor"]
+BUCKETS: tuple[Bucket, ...] = ("prompt", "tools", "config", "processor")
+Continuity = Literal["new", "solved", "persistent_failure", "newly_failing", "recovered", "flaky"]
+RoundOutcome = Literal["below_actionability", "empty_landscape", "no_candidate", "all_rejected", "waiting",
+                       "shipped"]
+
+
+# --- value types ------------------------------------------------------------------------------
+
+
+class Anchor(Payload, frozen=True, kw_only=True):
+    """Evidence: a position on ``HX_TRACE`` (message sequence, index in its frame) and what it shows."""
+
+    seq: int
+    index: int = 0
+    note: str = ""
+
+
+class EditOp(Payload, frozen=True, kw_only=True, tag_field="op"):
+    """A typed builder operation on a harness (base of the four kinds)."""
+
+
+class Attach(EditOp, frozen=True, kw_only=True, tag="attach"):
+    """Attach a library processor at some hooks."""
+
+    processor: str
+    hooks: tuple[str, ...]
+    params: dict[str, Any] = {}
+
+
+class Replace(EditOp, frozen=True, kw_only=True, tag="replace"):
+    """Replace the processor of a singleton group (same hooks)."""
+
+    group: str
+    processor: str
+    params: dict[str, Any] = {}
+
+
+class Remove(EditOp, frozen=True, kw_only=True, tag="remove"):
+    """Remove the processor of a singleton group."""
+
+    group: str
+
+
+class Reparam(EditOp, frozen=True, kw_only=True, tag="reparam"):
+    """Change some parameters of the processor of a singleton group (the others keep their values)."""
+
+    group: str
+    params: dict[str, Any]
+
+
+AnyEditOp = Attach | Replace | Remove | Reparam
+
+
+class CodeAsset(Payload, frozen=True, kw_only=True):
+    """New processor source a candidate brings: kept in the object store by content digest."""
+
+    name: str
+    """The module's file name."""
+    digest: str
+    """``sha256:`` of the source; the object-store key."""
+    size: int
+    processor: str
+    """The registry name of the processor it defines."""
+
+
+class Manifest(Payload, frozen=True, kw_only=True):
+    """A candidate's falsifiable claim: what it should change, on which tasks, shown by what."""
+
+    intended_effect: str = ""
+    categories: tuple[str, ...] = ()
+    """The failure categories it addresses."""
+    predicted_flips: tuple[str, ...] = ()
+    """Failing tasks it should make pass."""
+    at_risk: tuple[str, ...] = ()
+    """Passing tasks it might break."""
+    evidence: tuple[Anchor, ...] = ()
+    attribution: str = ""
+    """The singleton group whose trigger must appear on a flipped task (attribution signature)."""
+
+
+class TaskDigest(Payload, frozen=True, kw_only=True):
+    """One task of one round, compressed: outcome, failure category, implicated processors, evidence."""
+
+    task: str
+    cluster: str
+    """The group the task is routed by (``benchmark:game``)."""
+    variant: str = "v0"
+    attempts: int
+    passes: int
+    category: str = ""
+    """The failure category (``FAILURE_CATEGORIES``) of its failing attempts; empty when it passed."""
+    implicated: tuple[str, ...] = ()
+    """Singleton groups that triggered on its attempts (changed, intercepted or interrupted events)."""
+    evidence: tuple[Anchor, ...] = ()
+    continuity: Continuity = "new"
+    features: dict[str, float] = {}
+    """The trace features the category was computed from (per-attempt means)."""
+    summary: str = ""
+    """Prose from an LLM digester, when one is configured."""
+
+    @property
+    def solved(self) -> bool:
+        """True when an attempt passed (pass@k state)."""
+        return self.passes > 0
+
+
+class Regression(Payload, frozen=True, kw_only=True):
+    """A task whose pass state worsened against the previous round, and the ships between."""
+
+    task: str
+    variant: str
+    since_round: int
+    suspects: tuple[str, ...] = ()
+    """Candidates shipped to the task's variant since it last passed."""
+
+
+class FailureGroup(Payload, frozen=True, kw_only=True):
+    """Persistent or new failures sharing a category."""
+
+    category: str
+    tasks: tuple[str, ...]
+    implicated: tuple[str, ...] = ()
+
+
+class Lever(Payload, frozen=True, kw_only=True):
+    """An edit the evolvers can make (a library processor), with its record on this run."""
+
+    name: str
+    bucket: Bucket
+    dimension: str = ""
+    addresses: tuple[str, ...] = ()
+    proposed: int = 0
+    shipped: int = 0
+    predicted: int = 0
+    realised: int = 0
+    banned: bool = False
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Predicted flips that happened, over predicted (None before any prediction was tested)."""
+        return self.realised / self.predicted if self.predicted else None
+
+
+class Landscape(Payload, frozen=True, kw_only=True):
+    """The planner's map of the round: what fails, what was tried, what is left, what to beware."""
+
+    regressions: tuple[Regression, ...] = ()
+    failures: tuple[FailureGroup, ...] = ()
+    tried_buckets: tuple[str, ...] = ()
+    untried_buckets: tuple[str, ...] = ()
+    tried_dimensions: tuple[str, ...] = ()
+    untried_dimensions: tuple[str, ...] = ()
+    levers: tuple[Lever, ...] = ()
+    concern: str = ""
+    """The last critic's strategy concern, relayed."""
+    banned: tuple[str, ...] = ()
+    """Levers not to use this round (a strategy concern's ban)."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to act on: no regression and no failure group."""
+        return not self.regressions and not self.failures
+
+
+class GateCheck(Payload, frozen=True, kw_only=True):
+    """One deterministic check of the gate and how it came out."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class TaskFlip(Payload, frozen=True, kw_only=True):
+    """A task's pass state before (the variant's last round) and under the candidate (fresh attempts)."""
+
+    task: str
+    before: bool
+    after: bool
+    attempts: int = 0
+    passes: int = 0
+
+
+class RoundMetrics(Payload, frozen=True, kw_only=True):
+    """What a round measured: adaptation pass@k, and how good the loop's predictions were."""
+
+    tasks: int = 0
+    passes: int = 0
+    pass_at_k: float | None = None
+    """Mean over the round's adaptation tasks of pass@k (k = attempts per task)."""
+    predicted: int = 0
+    """Flips the previous round's ships predicted, on tasks this round evaluated."""
+    realised: int = 0
+    attribution: float | None = None
+    """Of the realised flips, the share on which the shipped processor triggered."""
+    regressions: int = 0
+    lever_mix: dict[str, int] = {}
+    """Shipped edits so far per bucket."""
+    rollouts: int = 0
+    """Attempts this round ran: main rollouts, gate evaluations and held-out rounds."""
+
+    @property
+    def ship_prediction_accuracy(self) -> float | None:
+        """Realised over predicted flips (None when nothing was predicted)."""
+        return self.realised / self.predicted if self.predicted else None
+
+
+class GameScore(Payload, frozen=True, kw_only=True):
+    """Aggregate held-out figures of one game: no per-task verdict."""
+
+    game: str
+    tasks: int
+    pass_at_1: float | None = None
+    pass_at_2: float | None = None
+
+
+# --- the ledger events --------------------------------------------------------------------------
+
+
+class LedgerEvent(Event, frozen=True, kw_only=True):
+    """Base of every ledger event: the run, and the digest of the run's previous ledger event."""
+
+    run_id: str
+    prev: str = ""
+    """``ledger_digest`` of the event before this one in the run's ledger (empty for the first)."""
+
+
+class LedgerOpened(LedgerEvent, frozen=True, kw_only=True):
+    """An evolution run began: its initial harness (variant ``v0``) and settings."""
+
+    TYPE = "ledger.opened"
+
+    strategy: str
+    harness: dict[str, Any]
+    """The initial harness as ``HarnessConfig.to_dict``."""
+    digest: str
+    variant: str = "v0"
+    settings: dict[str, Any] = {}
+    heldout_digest: str = ""
+
+
+class RoundDigested(LedgerEvent, frozen=True, kw_only=True):
+    """The digester's output for a round, with the actionability score."""
+
+    TYPE = "ledger.round_digested"
+
+    round: int
+    actionability: float
+    digests: tuple[TaskDigest, ...] = ()
+    trace_rounds: tuple[int, ...] = ()
+    """The trace rounds (``hx.trace.<run>.<round>``) the digests were read from."""
+
+
+class LandscapePlanned(LedgerEvent, frozen=True, kw_only=True):
+    """The planner's landscape for a round."""
+
+    TYPE = "ledger.landscape_planned"
+
+    round: int
+    landscape: Landscape
+
+
+class CandidateProposed(LedgerEvent, frozen=True, kw_only=True):
+    """An evolver proposed a candidate: typed operations on a variant, with its manifest."""
+
+    TYPE = "ledger.candidate_proposed"
+
+    round: int
+    candidate: str
+    variant: str
+    evolver: str
+    operations: tuple[AnyEditOp, ...]
+    buckets: tuple[Bucket, ...]
+    dimensions: tuple[str, ...] = ()
+    manifest: Manifest
+    base_digest: str
+    digest: str
+    """The digest of the harness the operations produce (empty when they do not build)."""
+    code: tuple[CodeAsset, ...] = ()
+    risk: float = 0.0
+    build_error: str = ""
+    """Why the operations do not build a valid harness (the gate then rejects it)."""
+
+
+class CandidateRevised(LedgerEvent, frozen=True, kw_only=True):
+    """A candidate changed after the critic's (single) revision request."""
+
+    TYPE = "ledger.candidate_revised"
+
+    round: int
+    candidate: str
+    reason: str
+    operations: tuple[AnyEditOp, ...]
+    manifest: Manifest
+    digest: str
+    build_error: str = ""
+
+
+class CandidateConcern(Payload, frozen=True, kw_only=True):
+    """The critic's objections to one candidate."""
+
+    candidate: str
+    concerns: tuple[str, ...]
+
+
+class CriticJudged(LedgerEvent, frozen=True, kw_only=True):
+    """The critic's verdict on a round's candidates: a ship ranking, or no-op."""
+
+    TYPE = "ledger.critic_judged"
+
+    round: int
+    ranking: tuple[str, ...] = ()
+    no_op: bool = False
+    concerns: tuple[CandidateConcern, ...] = ()
+    revisions: tuple[str, ...] = ()
+    """Candidates it asked to revise (once)."""
+    strategy_concern: str = ""
+    banned: tuple[str, ...] = ()
+    """Levers the strategy concern bans for the next round."""
+    critic: str = "deterministic"
+
+
+class ApprovalRequested(LedgerEvent, frozen=True, kw_only=True):
+    """A candidate above the risk threshold waits for a human."""
+
+    TYPE = "ledger.approval_requested"
+
+    round: int
+    candidate: str
+    risk: float
+    reason: str
+
+
+class ApprovalGiven(LedgerEvent, frozen=True, kw_only=True):
+    """A human answered an approval request."""
+
+    TYPE = "ledger.approval_given"
+
+    candidate: str
+    approved: bool
+    by: str = ""
+    note: str = ""
+
+
+class GateJudged(LedgerEvent, frozen=True, kw_only=True):
+    """The deterministic gate's verdict on one candidate: every check, the first failure, per-task flips."""
+
+    TYPE = "ledger.gate_judged"
+
+    round: int
+    candidate: str
+    variant: str
+    passed: bool
+    checks: tuple[GateCheck, ...]
+    first_failure: str = ""
+    flips: tuple[TaskFlip, ...] = ()
+    outcome: Literal["ship", "fork", "reject"] = "reject"
+    clusters: tuple[str, ...] = ()
+    """For a fork: the task clusters the new variant would serve."""
+    trace_rounds: tuple[int, ...] = ()
+    """The trace rounds of the gate's fresh attempts."""
+
+
+class HarnessShipped(LedgerEvent, frozen=True, kw_only=True):
+    """A variant's harness changed: the candidates shipped, digests before and after, the new harness."""
+
+    TYPE = "ledger.harness_shipped"
+
+    round: int
+    variant: str
+    candidates: tuple[str, ...]
+    digest_before: str
+    digest_after: str
+    operations: tuple[AnyEditOp, ...]
+    harness: dict[str, Any]
+
+
+class VariantForked(LedgerEvent, frozen=True, kw_only=True):
+    """A candidate that helps some tasks and hurts others became a variant of its own."""
+
+    TYPE = "ledger.variant_forked"
+
+    round: int
+    parent: str
+    variant: str
+    candidate: str
+    digest: str
+    operations: tuple[AnyEditOp, ...]
+    harness: dict[str, Any]
+    clusters: tuple[str, ...] = ()
+    """The task clusters the new variant serves better."""
+
+
+class VariantRetired(LedgerEvent, frozen=True, kw_only=True):
+    """A variant left the pool (the weakest, when the pool was full)."""
+
+    TYPE = "ledger.variant_retired"
+
+    round: int
+    variant: str
+    reason: str
+
+
+class HeldoutScored(LedgerEvent, frozen=True, kw_only=True):
+    """The frozen held-out split evaluated: aggregates only."""
+
+    TYPE = "ledger.heldout_scored"
+
+    round: int
+    trace_round: int
+    heldout_digest: str
+    tasks: int
+    pass_at_1: float | None = None
+    pass_at_2: float | None = None
+    games: tuple[GameScore, ...] = ()
+
+
+class RoundDecided(LedgerEvent, frozen=True, kw_only=True):
+    """What a round did and why: below actionability, empty landscape, no candidate, all rejected, shipped."""
+
+    TYPE = "ledger.round_decided"
+
+    round: int
+    outcome: RoundOutcome
+    reason: str = ""
+    shipped: tuple[str, ...] = ()
+    metrics: RoundMetrics = RoundMetrics()
+    idle: int = 0
+    """Rounds in a row without a ship, this one included (patience counts these)."""
+
+
+class EvolutionFinished(LedgerEvent, frozen=True, kw_only=True):
+    """The run ended: why, after how many rounds."""
+
+    TYPE = "ledger.evolution_finished"
+
+    rounds: int
+    status: Literal["completed", "patience", "failed", "cancelled"] = "completed"
+    reason: str = ""
+
+
+LEDGER_EVENTS: tuple[type[LedgerEvent], ...] = (
+    LedgerOpened, RoundDigested, LandscapePlanned, CandidateProposed, CandidateRevised, CriticJudged,
+    ApprovalRequested, ApprovalGiven, GateJudged, HarnessShipped, VariantForked, VariantRetired, HeldoutScored,
+    RoundDecided, EvolutionFinished)
+
+
+def ledger_digest(event: LedgerEvent) -> str:
+    """The digest a ledger event is chained by: sha256 over its type and encoded body."""
+    return "sha256:" + hashlib.sha256(type(event).TYPE.encode() + b"\0" + encode_body(event)).hexdigest()
+
+
+def chained(event: LedgerEvent, prev: str) -> LedgerEvent:
+    """``event`` with ``prev`` set: the next link of a chain whose head is ``prev``."""
+    return msgspec.structs.replace(event, prev=prev)

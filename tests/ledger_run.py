@@ -1,0 +1,81 @@
+"""A run's edit ledger written event by event, as the loop would, for tests of the stages that fold it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hx.aegis.operations import apply, buckets_of, dimensions_of
+from hx.aegis.state import RunState
+from hx.harness.config import HarnessConfig
+from hx.harnesses import starter_harness
+from schemas.ledger import (
+    AnyEditOp,
+    CandidateProposed,
+    CriticJudged,
+    HarnessShipped,
+    LedgerEvent,
+    LedgerOpened,
+    Manifest,
+    RoundDigested,
+    TaskDigest,
+    VariantForked,
+)
+
+STARTER = starter_harness("textworld")
+
+
+class LedgerRun:
+    """The records of one run, starting at its ``LedgerOpened``, and the state they fold into."""
+
+    def __init__(self, harness: HarnessConfig = STARTER, run_id: str = "ledger-run") -> None:
+        self.run_id = run_id
+        self.records: list[LedgerEvent] = [LedgerOpened(run_id=run_id, strategy="ensemble", harness=harness.to_dict(),
+                                                        digest=harness.digest)]
+
+    @property
+    def state(self) -> RunState:
+        """The run's state as of the last record."""
+        return RunState.of(self.records)
+
+    def digested(self, round: int, digests: Sequence[TaskDigest]) -> tuple[TaskDigest, ...]:
+        """Record a round's digests."""
+        self.records.append(RoundDigested(run_id=self.run_id, round=round, actionability=1.0, digests=tuple(digests)))
+        return tuple(digests)
+
+    def proposed(self, round: int, cid: str, ops: tuple[AnyEditOp, ...], flips: Sequence[str] = (),
+                 variant: str = "v0") -> CandidateProposed:
+        """Record a candidate on its variant's current harness."""
+        base = self.state.variants[variant].harness
+        cand = CandidateProposed(run_id=self.run_id, round=round, candidate=cid, variant=variant, evolver="test",
+                                 operations=ops, buckets=buckets_of(ops), dimensions=dimensions_of(ops, base),
+                                 manifest=Manifest(intended_effect="t", predicted_flips=tuple(flips)),
+                                 base_digest=base.digest, digest=apply(base, ops).digest)
+        self.records.append(cand)
+        return cand
+
+    def shipped(self, round: int, cid: str, variant: str | None = None) -> None:
+        """Record the ship of a proposed candidate (to its own variant unless told)."""
+        cand = self.state.candidates[cid].proposal
+        variant = variant or cand.variant
+        before = self.state.variants[variant].harness
+        after = apply(before, cand.operations)
+        self.records.append(HarnessShipped(run_id=self.run_id, round=round, variant=variant, candidates=(cid,),
+                                           digest_before=before.digest, digest_after=after.digest,
+                                           operations=cand.operations, harness=after.to_dict()))
+
+    def ship(self, round: int, cid: str, ops: tuple[AnyEditOp, ...], flips: Sequence[str]) -> None:
+        """Propose and ship in one go."""
+        self.proposed(round, cid, ops, flips)
+        self.shipped(round, cid)
+
+    def forked(self, round: int, cid: str, variant: str, clusters: tuple[str, ...]) -> None:
+        """Record a fork of v0 into ``variant`` by a proposed candidate."""
+        cand = self.state.candidates[cid].proposal
+        harness = apply(self.state.variants["v0"].harness, cand.operations)
+        self.records.append(VariantForked(run_id=self.run_id, round=round, parent="v0", variant=variant, candidate=cid,
+                                          digest=harness.digest, operations=cand.operations,
+                                          harness=harness.to_dict(), clusters=clusters))
+
+    def judged(self, round: int, concern: str, banned: tuple[str, ...]) -> None:
+        """Record a critic's verdict with a strategy concern."""
+        self.records.append(CriticJudged(run_id=self.run_id, round=round, strategy_concern=concern, banned=banned))

@@ -1,0 +1,375 @@
+"""``hx export`` end to end: a hand-built two-round ledger on a real nats-server, exported and read back."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import msgspec
+import pytest
+from hx_cli import error_line, hx, ok
+from toybench import RANDOM, ToyBench
+
+from hx.aegis.ledger import Ledger
+from hx.aegis.operations import apply, buckets_of, dimensions_of
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.cli import export as export_cli
+from hx.harness.config import HarnessConfig
+from hx.harness.errors import CompositionError
+from hx.harness.processor import processor_type
+from hx.harnesses import starter_harness
+from schemas.event import event_type
+from schemas.ledger import (
+    Anchor,
+    Attach,
+    CandidateConcern,
+    CandidateProposed,
+    CandidateRevised,
+    Continuity,
+    CriticJudged,
+    EvolutionFinished,
+    FailureGroup,
+    GameScore,
+    GateCheck,
+    GateJudged,
+    HarnessShipped,
+    HeldoutScored,
+    Landscape,
+    LandscapePlanned,
+    LedgerEvent,
+    LedgerOpened,
+    Manifest,
+    Regression,
+    RoundDecided,
+    RoundDigested,
+    RoundMetrics,
+    TaskDigest,
+    TaskFlip,
+    VariantForked,
+    ledger_digest,
+)
+from schemas.lifecycle import AttemptFinished, AttemptStarted
+from streams.config import NatsSettings
+from streams.connection import connect
+
+RUN = "evo-export"
+A, B, C, D = "toy:walk:dev:100", "toy:walk:dev:101", "toy:easy:dev:100", "toy:easy:dev:101"
+CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
+MAIN_TRACE_ROUNDS = {0: 1, 1: 4}
+"""Evolution round -> the trace round of its main rollout (0 is the held-out round before, 2, 3 gates)."""
+
+
+def attach(name: str, **params: Any) -> Attach:
+    return Attach(processor=name, hooks=processor_type(name).accepted_hooks(), params=params)
+
+
+def digest(task: str, solved: bool, *, category: str = "", continuity: Continuity = "new", variant: str = "v0",
+           implicated: tuple[str, ...] = ()) -> TaskDigest:
+    return TaskDigest(task=task, cluster=":".join(task.split(":")[:2]), variant=variant, attempts=2,
+                      passes=1 if solved else 0, category="" if solved else category, continuity=continuity,
+                      implicated=implicated, evidence=(Anchor(seq=10, index=2, note="step 3: refused"),),
+                      features={"invalid_rate": 0.25, "steps": 12.0})
+
+
+def checks(fail_at: str = "", detail: str = "") -> tuple[GateCheck, ...]:
+    out = []
+    for name in CHECKS:
+        out.append(GateCheck(name=name, passed=name != fail_at, detail=detail if name == fail_at else "ok"))
+        if name == fail_at:
+            break
+    return tuple(out)
+
+
+def proposal(rnd: int, cid: str, base: HarnessConfig, ops: tuple[Attach, ...], manifest: Manifest,
+             variant: str = "v0") -> CandidateProposed:
+    return CandidateProposed(run_id=RUN, round=rnd, candidate=cid, variant=variant, evolver="offline",
+                             operations=ops, buckets=buckets_of(ops), dimensions=dimensions_of(ops, base),
+                             manifest=manifest, base_digest=base.digest, digest=apply(base, ops).digest, risk=0.1)
+
+
+async def build_ledger(url: str) -> dict[str, str]:
+    """A small realistic run: round 0 ships one candidate and rejects one, round 1 forks; held-out before/after."""
+    h0 = starter_harness("textworld")
+    pruner = (attach("action_pruner"),)
+    h1 = apply(h0, pruner)
+    objects = (attach("task_objects"),)
+    objects_revised = (attach("task_objects", min_length=4),)
+    h2 = apply(h1, objects)
+    settings = {"run_id": RUN, "benches": ["toy:walk", "toy:easy"], "adaptation": [A, B, C, D],
+                "heldout": [f"toy:walk:test:{200 + i}" for i in range(6)], "model": "random:", "attempts": 2,
+                "settings": {"rounds": 2, "patience": 3, "strategy": "ensemble"}}
+    r0 = (digest(A, True), digest(B, False, category="invalid_action"), digest(C, True),
+          digest(D, False, category="no_progress"))
+    r1 = (digest(A, False, category="loop", continuity="newly_failing", implicated=("action_pruner",)),
+          digest(B, True, continuity="recovered", implicated=("action_pruner",)),
+          digest(C, True, continuity="solved"), digest(D, False, category="no_progress",
+                                                       continuity="persistent_failure"))
+    m01 = Manifest(intended_effect="stop offering refused actions", categories=("invalid_action",),
+                   predicted_flips=(B,), at_risk=(A,), evidence=(Anchor(seq=42, index=3, note="refused twice"),),
+                   attribution="action_pruner")
+    m02 = Manifest(intended_effect="go for the task's objects", categories=("no_progress",), predicted_flips=(D,),
+                   attribution="task_objects")
+    m02r = msgspec.structs.replace(m02, evidence=(Anchor(seq=77, index=0, note="wandered"),))
+    c01 = proposal(0, "C-R0-01", h0, pruner, m01)
+    c02 = proposal(0, "C-R0-02", h0, objects, m02)
+    c11 = proposal(1, "C-R1-01", h1, objects, Manifest(
+        intended_effect="go for the task's objects", categories=("no_progress", "loop"), predicted_flips=(A, D),
+        evidence=(Anchor(seq=90, index=1, note="loop"),), attribution="task_objects"))
+    broken = (Attach(processor="no_such_processor", hooks=("before_model",)),)
+    with pytest.raises(CompositionError) as failed:
+        apply(h1, broken)
+    why = str(failed.value)
+    c12 = CandidateProposed(run_id=RUN, round=1, candidate="C-R1-02", variant="v0", evolver="offline",
+                            operations=broken, buckets=("processor",), manifest=Manifest(predicted_flips=(D,)),
+                            base_digest=h1.digest, digest="", risk=0.1, build_error=why)
+    games = (GameScore(game="toy:walk", tasks=6, pass_at_1=0.25, pass_at_2=0.5),)
+    async with connect(NatsSettings(url=url)) as conn:
+        ledger = Ledger(conn, RUN)
+        try:
+            await ledger.start(LedgerOpened(run_id=RUN, strategy="ensemble", harness=h0.to_dict(), digest=h0.digest,
+                                            settings=settings, heldout_digest="sha256:heldout"))
+            await ledger.append(HeldoutScored(run_id=RUN, round=-1, trace_round=0, heldout_digest="sha256:heldout",
+                                              tasks=6, pass_at_1=0.25, pass_at_2=0.5, games=games))
+            await ledger.append(RoundDigested(run_id=RUN, round=0, actionability=0.5, digests=r0,
+                                              trace_rounds=(MAIN_TRACE_ROUNDS[0],)))
+            await ledger.append(LandscapePlanned(run_id=RUN, round=0, landscape=Landscape(
+                failures=(FailureGroup(category="invalid_action", tasks=(B,)),
+                          FailureGroup(category="no_progress", tasks=(D,))),
+                untried_buckets=("prompt", "tools", "config", "processor"))))
+            await ledger.append(c01, c02)
+            await ledger.append(CandidateRevised(
+                run_id=RUN, round=0, candidate="C-R0-02", reason="a predicted flip has no evidence anchor",
+                operations=objects_revised, manifest=m02r, digest=apply(h0, objects_revised).digest))
+            await ledger.append(CriticJudged(run_id=RUN, round=0, ranking=("C-R0-02", "C-R0-01"),
+                                             concerns=(CandidateConcern(candidate="C-R0-02",
+                                                                        concerns=("no evidence anchor",)),),
+                                             revisions=("C-R0-02",)))
+            await ledger.append(GateJudged(run_id=RUN, round=0, candidate="C-R0-02", variant="v0", passed=False,
+                                           checks=checks("seesaw", f"1 solved task(s) failed every retry, e.g. {C!r}"),
+                                           first_failure="seesaw", flips=(TaskFlip(task=C, before=True, after=False,
+                                                                                   attempts=6, passes=0),),
+                                           trace_rounds=(2,)))
+            await ledger.append(GateJudged(run_id=RUN, round=0, candidate="C-R0-01", variant="v0", passed=True,
+                                           checks=checks(), outcome="ship", trace_rounds=(3,), flips=(
+                                               TaskFlip(task=A, before=True, after=True, attempts=2, passes=2),
+                                               TaskFlip(task=B, before=False, after=True, attempts=2, passes=1))))
+            await ledger.append(HarnessShipped(run_id=RUN, round=0, variant="v0", candidates=("C-R0-01",),
+                                               digest_before=h0.digest, digest_after=h1.digest, operations=pruner,
+                                               harness=h1.to_dict()))
+            await ledger.append(RoundDecided(run_id=RUN, round=0, outcome="shipped", reason="shipped C-R0-01",
+                                             shipped=("C-R0-01",), metrics=RoundMetrics(
+                                                 tasks=4, passes=2, pass_at_k=0.5, rollouts=18,
+                                                 lever_mix={"processor": 1})))
+            await ledger.append(RoundDigested(run_id=RUN, round=1, actionability=0.5, digests=r1,
+                                              trace_rounds=(MAIN_TRACE_ROUNDS[1],)))
+            await ledger.append(LandscapePlanned(run_id=RUN, round=1, landscape=Landscape(
+                regressions=(Regression(task=A, variant="v0", since_round=0, suspects=("C-R0-01",)),),
+                failures=(FailureGroup(category="no_progress", tasks=(D,)),), tried_buckets=("processor",))))
+            await ledger.append(c11, c12)
+            await ledger.append(CriticJudged(run_id=RUN, round=1, ranking=("C-R1-01",), concerns=(
+                                                 CandidateConcern(candidate="C-R1-02", concerns=("does not build",)),),
+                                             strategy_concern="every ship so far is a processor edit",
+                                             banned=("action_pruner",)))
+            await ledger.append(GateJudged(run_id=RUN, round=1, candidate="C-R1-01", variant="v0", passed=True,
+                                           checks=checks("seesaw", "1 solved task(s) lost against 2 gained"),
+                                           first_failure="seesaw", outcome="fork", trace_rounds=(5,)))
+            await ledger.append(VariantForked(run_id=RUN, round=1, parent="v0", variant="v1", candidate="C-R1-01",
+                                              digest=h2.digest, operations=objects, harness=h2.to_dict(),
+                                              clusters=("toy:easy",)))
+            await ledger.append(RoundDecided(run_id=RUN, round=1, outcome="shipped", reason="shipped a fork",
+                                             metrics=RoundMetrics(tasks=4, passes=2, pass_at_k=0.5, predicted=1,
+                                                                  realised=1, attribution=1.0, regressions=1,
+                                                                  rollouts=12, lever_mix={"processor": 2})))
+            await ledger.append(HeldoutScored(run_id=RUN, round=1, trace_round=6, heldout_digest="sha256:heldout",
+                                              tasks=6, pass_at_1=0.5, pass_at_2=0.75, games=games))
+            await ledger.append(EvolutionFinished(run_id=RUN, rounds=2, reason="ran 2 round(s)"))
+        finally:
+            await ledger.close()
+    return {"C-R0-01": c01.digest, "C-R0-02": apply(h0, objects_revised).digest, "C-R1-01": c11.digest}
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def links(md: Path) -> list[Path]:
+    return [md.parent / unquote(target) for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text())]
+
+
+@pytest.fixture
+def run_ledger(nats_url: str) -> dict[str, str]:
+    return asyncio.run(build_ledger(nats_url))
+
+
+def test_export_writes_the_run_directory_from_the_ledger(nats_url: str, run_ledger: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    assert "exported run evo-export" in ok(hx("--nats-url", nats_url, "export", RUN, str(out))).stdout
+    files = tree(out)
+    for name in ("INDEX.md", "journal.md", "curves.json", "scoreboard.json", "audit.jsonl", "data/task_history.jsonl",
+                 "data/ship_outcomes.json", "data/rejected_candidates.jsonl", "R0/landscape.md", "R0/decision.md",
+                 "R0/regressions.md", "R0/candidates/C-R0-01.md", "R0/candidates/C-R0-02.md",
+                 "R0/applied/C-R0-01/config.yaml", "R0/applied/C-R0-02/config.yaml", "R0/verdicts/V-C-R0-01.md",
+                 "R0/verdicts/V-C-R0-02.md", "R1/candidates/C-R1-01.md", "R1/verdicts/V-C-R1-01.md",
+                 "R1/applied/C-R1-01/config.yaml", "R1/regressions.md", "R1/decision.md",
+                 *(f"R{n}/digests/{t.replace(':', '_')}.md" for n in (0, 1) for t in (A, B, C, D))):
+        assert name in files, name
+    assert not any("/trajectories/" in f for f in files)
+
+    index = (out / "INDEX.md").read_text()
+    assert "Strategy `ensemble`; status: completed after 2 round(s)" in index and "| v1 | v0 | 1 | no |" in index
+    index_links = links(out / "INDEX.md")
+    assert len(index_links) > 20 and all(p.exists() for p in index_links)
+    for md in out.rglob("*.md"):  # every link of every page resolves
+        assert all(p.exists() for p in links(md)), md
+
+    lines = [json.loads(line) for line in (out / "audit.jsonl").read_text().splitlines()]
+    assert [line["position"] for line in lines] == list(range(1, len(lines) + 1)) and len(lines) == 22
+    assert lines[0]["type"] == "ledger.opened" and lines[0]["prev"] == ""
+    for before, line in itertools.pairwise(lines):
+        assert line["prev"] == before["digest"]
+    for line in lines:  # each digest is the event's own, recomputed from the body
+        event = msgspec.convert(line["event"], event_type(line["type"]))
+        assert isinstance(event, LedgerEvent) and ledger_digest(event) == line["digest"]
+
+    card = (out / "R0/candidates/C-R0-01.md").read_text()
+    assert "attach action_pruner at after_tool+before_model" in card
+    assert f"predicted flips: [{B}](../digests/toy_walk_dev_101.md)" in card
+    assert "seq | index" in card and "| 42 | 3 | refused twice |" in card and "`action_pruner`" in card
+    revised = (out / "R0/candidates/C-R0-02.md").read_text()
+    assert "## Revision" in revised and "a predicted flip has no evidence anchor" in revised
+    assert 'attach task_objects at task_start+after_tool+before_model with `{"min_length": 4}`' in revised
+
+    verdict = (out / "R0/verdicts/V-C-R0-01.md").read_text()
+    rows = [line for line in verdict.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert [row.split("|")[2].strip() for row in rows] == list(CHECKS)
+    assert all("| pass |" in row for row in rows) and "outcome **ship**" in verdict
+    assert f"| {B} | fail | pass | 2 | 1 | flip |" in verdict
+    rejected_verdict = (out / "R0/verdicts/V-C-R0-02.md").read_text()
+    assert "first failure: seesaw" in rejected_verdict and "| 6 | seesaw | FAIL |" in rejected_verdict
+
+    assert "No earlier round" in (out / "R0/regressions.md").read_text()
+    regressions = (out / "R1/regressions.md").read_text()
+    assert "1 of 4 tasks of round 0 regressed" in regressions
+    assert f"| [{A}](digests/toy_walk_dev_100.md) | v0 | v0 | 1/2 | 0/2 | loop | C-R0-01 |" in regressions
+    assert B not in regressions
+    assert "shipped `C-R0-01` to `v0`" in regressions
+
+    for cid, recorded in run_ledger.items():
+        rnd = cid.split("-")[1]
+        assert HarnessConfig.load(out / rnd / "applied" / cid / "config.yaml").digest == recorded
+
+    decision = (out / "R1/decision.md").read_text()
+    assert "every ship so far is a processor edit" in decision and "`action_pruner`" in decision
+    assert "forked `v1` from `v0` with `C-R1-01`" in decision and "## Decision: shipped" in decision
+
+    curves = json.loads(files["curves.json"])
+    assert [(r["round"], r["pass_at_k"], r["tasks"], r["passes"], r["rollouts"]) for r in curves["rounds"]] == [
+        (0, 0.5, 4, 2, 18), (1, 0.5, 4, 2, 12)]
+    assert [(h["round"], h["pass_at_1"]) for h in curves["heldout"]] == [(-1, 0.25), (1, 0.5)]
+    board = json.loads(files["scoreboard.json"])
+    assert [(s["round"], s["kind"], s["variant"], s["candidates"]) for s in board["ships"]] == [
+        (0, "ship", "v0", ["C-R0-01"]), (1, "fork", "v1", ["C-R1-01"])]
+    assert board["levers"]["action_pruner"] == {"bucket": "processor", "dimension": "D4", "proposed": 1,
+                                                     "shipped": 1, "predicted": 1, "realised": 1, "hit_rate": 1.0,
+                                                     "banned": True}
+    assert board["buckets"]["processor"]["shipped"] == 2 and board["buckets"]["prompt"]["proposed"] == 0
+    outcomes = {o["candidate"]: o for o in json.loads(files["data/ship_outcomes.json"])}
+    assert outcomes["C-R0-01"]["realised_tasks"] == [B] and outcomes["C-R0-01"]["attribution_rate"] == 1.0
+    assert outcomes["C-R1-01"]["kind"] == "fork" and outcomes["C-R1-01"]["next_round"] is None
+    rejected = [json.loads(line) for line in files["data/rejected_candidates.jsonl"].splitlines()]
+    assert [(r["candidate"], r["stage"], r["reason"], r["detail"]) for r in rejected] == [
+        ("C-R0-02", "gate", "seesaw", f"1 solved task(s) failed every retry, e.g. {C!r}"),
+        ("C-R1-02", "critic", "left out of the ranking", "does not build")]
+    unbuilt = (out / "R1/candidates/C-R1-02.md").read_text()
+    assert "Applied: not built: operation 1 (attach no_such_processor at before_model)" in unbuilt
+    assert not (out / "R1/applied/C-R1-02").exists() and "not gated" in unbuilt
+    history = [json.loads(line) for line in files["data/task_history.jsonl"].splitlines()]
+    assert len(history) == 8 and history[4] == {
+        "round": 1, "task": A, "cluster": "toy:walk", "variant": "v0", "attempts": 2, "passes": 0, "solved": False,
+        "category": "loop", "continuity": "newly_failing", "implicated": ["action_pruner"]}
+    journal = files["journal.md"].decode()
+    assert "## Round 0: shipped" in journal and "gate: C-R0-02 failed at seesaw" in journal
+    assert "Held-out before the first round" in journal
+
+    again = tmp_path / "again"
+    ok(hx("--nats-url", nats_url, "export", RUN, str(again)))
+    assert tree(again) == files  # the same ledger, the same bytes
+
+
+def test_export_refuses_a_missing_run_and_a_non_empty_directory(nats_url: str, run_ledger: dict[str, str],
+                                                                tmp_path: Path) -> None:
+    assert error_line(hx("--nats-url", nats_url, "export", "nope", str(tmp_path / "x"))) == \
+        "error: run 'nope' has no ledger"
+    assert not (tmp_path / "x").exists()
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("mine")
+    assert "not empty; pass --force" in error_line(hx("--nats-url", nats_url, "export", RUN, str(busy)))
+    assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+    ok(hx("--nats-url", nats_url, "export", RUN, str(busy), "--force"))
+    assert (busy / "INDEX.md").is_file() and not (busy / "keep.txt").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    ok(hx("--nats-url", nats_url, "export", RUN, str(empty)))
+    assert (empty / "journal.md").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "empty", "nats"]  # no scratch left behind
+
+
+def test_a_failure_mid_way_leaves_no_directory_and_a_one_line_error(nats_url: str, run_ledger: dict[str, str],
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    write = export_cli.Staging.write
+
+    def full_disk(self: export_cli.Staging, files: dict[str, bytes]) -> None:
+        write(self, dict(list(files.items())[:5]))
+        raise OSError(28, "No space left on device", str(self.path / "journal.md"))
+
+    monkeypatch.setattr(export_cli.Staging, "write", full_disk)
+    line = error_line(hx("--nats-url", nats_url, "export", RUN, str(tmp_path / "out")))
+    assert "No space left on device" in line and "nothing was exported" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nats"]
+
+
+async def run_main_rounds(url: str) -> dict[int, list[tuple[str, int]]]:
+    """The two main rollouts the ledger's digests name, for real, on the toy benchmark."""
+    async with connect(NatsSettings(url=url)) as conn:
+        rollout = Rollout(ToyBench(), RANDOM, starter_harness("textworld"), log=conn.log,
+                          settings=RolloutSettings(attempts=2, concurrency=4, max_steps=8))
+        await rollout.start(RUN, kind="evolve")
+        attempts = {}
+        for stage, trace_round in MAIN_TRACE_ROUNDS.items():
+            outcome = await rollout.run_round(RUN, trace_round, [A, B, C, D], label=RoundLabel(
+                purpose="main", variant="v0", stage_round=stage))
+            attempts[stage] = sorted((r.task_id, r.attempt) for r in outcome.results)
+        await rollout.run_round(RUN, 5, [A, B], label=RoundLabel(purpose="gate", variant="v0", candidate="C-R1-01",
+                                                                 stage_round=1))
+        await rollout.finish(RUN, rounds=2)
+    return attempts
+
+
+def test_trajectories_are_the_main_rollouts_attempts_with_resolved_conversations(nats_url: str,
+                                                                                  tmp_path: Path) -> None:
+    attempts = asyncio.run(run_main_rounds(nats_url))
+    asyncio.run(build_ledger(nats_url))
+    out = tmp_path / "export"
+    ok(hx("--nats-url", nats_url, "export", RUN, str(out), "--trajectories"))
+    for stage, trace_round in MAIN_TRACE_ROUNDS.items():
+        folder = out / f"R{stage}" / "trajectories"
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            f"{task.replace(':', '_')}.{attempt}.jsonl" for task, attempt in attempts[stage])
+        lines = [json.loads(line) for line in (folder / "toy_walk_dev_100.0.jsonl").read_text().splitlines()]
+        assert lines[0]["type"] == AttemptStarted.TYPE and lines[-1]["type"] == AttemptFinished.TYPE
+        assert {line["subject"] for line in lines} == {f"hx.trace.{RUN}.{trace_round}.{A}.0"}
+        conversations = [line["event"] for line in lines if line["type"] == "model.request"]
+        assert conversations and all(c["messages"] and c.get("history") is None for c in conversations)
+        digest_page = (out / f"R{stage}" / "digests" / "toy_walk_dev_100.md").read_text()
+        assert "](../trajectories/toy_walk_dev_100.0.jsonl)" in digest_page
+    assert "trajectories (8)" in (out / "INDEX.md").read_text()
+    for md in out.rglob("*.md"):
+        assert all(p.exists() for p in links(md)), md
