@@ -81,6 +81,7 @@ def test_a_tiny_textworld_evolution_end_to_end(tmp_path: Path) -> None:
         assert game["game"] == "twx:coin" and game["tasks"] == 4 and 0 <= game["pass_at_2"] <= 1
     saved = Path(data) / "results" / "cli-evolve.json"
     assert json.loads(saved.read_text()) == report
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["cli-evolve.json"]  # no empty claim left behind
     assert report["variants"], "the run ends with at least one live variant"
 
     # The same run id again is refused: the results file is claimed, the ledger exists.

@@ -51,7 +51,12 @@ class CodeError(HxError):
 
 def source_digest(source: str) -> str:
     """``sha256:<hex>`` over the UTF-8 bytes of ``source``."""
-    return "sha256:" + hashlib.sha256(source.encode()).hexdigest()
+    return bytes_digest(source.encode())
+
+
+def bytes_digest(data: bytes) -> str:
+    """``sha256:<hex>`` over ``data``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def module_name(digest: str) -> str:
@@ -131,6 +136,8 @@ class CodeStore:
     def __init__(self, log: EventLog, plugin_dir: Path) -> None:
         self.log = log
         self.plugin_dir = Path(plugin_dir)
+        self._verified: dict[str, str] = {}
+        """Digest -> source already read and checked (content-addressed: it cannot change)."""
 
     async def put(self, name: str, source: str) -> CodeAsset:
         """Store ``source`` (file ``name``) by digest and name the processor it defines (no import)."""
@@ -145,18 +152,22 @@ class CodeStore:
         return CodeAsset(name=name, digest=digest, size=len(data), processor=declared.name)
 
     async def get(self, asset: CodeAsset) -> str:
-        """The source of ``asset``, verified against its digest and size."""
+        """The source of ``asset``, verified against its digest and size (read from the store once)."""
+        known = self._verified.get(asset.digest)
+        if known is not None and len(known.encode()) == asset.size:
+            return known
         store = await self.log.js.object_store(BLOB_STORE)
         try:
             obj = await store.get(OBJECT_PREFIX + asset.digest)
         except (NotFoundError, ObjectNotFoundError):
             raise CodeError(f"{asset.name}: no source stored under {asset.digest}") from None
         data = obj.data or b""
-        got = "sha256:" + hashlib.sha256(data).hexdigest()
+        got = bytes_digest(data)
         if got != asset.digest or len(data) != asset.size:
             raise CodeError(f"{asset.name}: stored source does not match its digest {asset.digest} "
                             f"(got {got}, {len(data)} bytes)")
-        return data.decode()
+        source = self._verified[asset.digest] = data.decode()
+        return source
 
     def path_of(self, asset: CodeAsset) -> Path:
         """Where ``materialize`` writes the module of ``asset``."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hx.aegis import levers
-from hx.aegis.state import RunState, lever_of
+from hx.aegis.state import RunState, levers_of
 from schemas.ledger import CandidateConcern, CandidateProposed, Remove, TaskDigest
 
 STREAK = 3
@@ -63,7 +63,7 @@ def review(state: RunState, round: int, candidates: Sequence[CandidateProposed],
     """Judge the candidates; on the first pass (``revised`` False) ask for revisions where the manifest overreaches."""
     out = Review()
     scored: list[tuple[float, str]] = []
-    records = {lv.name: lv for lv in levers.records(state, {n for c in candidates for n in _levers(c)})}
+    records = {lv.name: lv for lv in levers.records(state, {n for c in candidates for n in levers_of(c.operations)})}
     for cand in candidates:
         notes: list[str] = []
         if cand.build_error:
@@ -79,15 +79,12 @@ def review(state: RunState, round: int, candidates: Sequence[CandidateProposed],
             out.revisions[cand.candidate] = "; ".join(notes)
         out.concerns[cand.candidate] = notes
         if backed and not cand.build_error:
-            weight = min((levers.reputation(records[n]) for n in _levers(cand) if n in records), default=1.0)
+            pulled = levers_of(cand.operations)
+            weight = min((levers.reputation(records[n]) for n in pulled if n in records), default=1.0)
             scored.append((len(backed) * weight, cand.candidate))
     out.ranking = tuple(c for _, c in sorted(scored, key=lambda s: (-s[0], s[1])))
     out.strategy_concern, out.banned = audit(state, round)
     return out
-
-
-def _levers(candidate: CandidateProposed) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(lever_of(op) for op in candidate.operations))
 
 
 def audit(state: RunState, round: int) -> tuple[str, tuple[str, ...]]:

@@ -21,6 +21,7 @@ import msgspec
 
 from hx.aegis.evidence import AttemptFacts
 from hx.aegis.taxonomy import categorise, features
+from hx.bench.results import game_of
 from schemas.ledger import FAILURE_CATEGORIES, Anchor, Continuity, TaskDigest
 
 MAX_ANCHORS = 3
@@ -28,8 +29,8 @@ _ANCHOR_ORDER = ("interrupt", "refused", "invalid", "finished")
 
 
 def cluster_of(task_id: str) -> str:
-    """The cluster a task is routed by: ``benchmark:game`` of its id."""
-    return ":".join(task_id.split(":")[:2])
+    """The cluster a task is routed by: its game, as the reports group it (``benchmark:game``)."""
+    return game_of(task_id)
 
 
 def continuity(history: Sequence[bool], solved: bool) -> Continuity:

@@ -7,9 +7,9 @@ the directory as bytes by relative path: ``INDEX.md``, ``journal.md``, ``curves.
 gives the same bytes. Trajectories are read from the trace by the command
 (``hx export --trajectories``); ``render`` only links the files it was told exist.
 
->>> from hx.harnesses import starter_harness
+>>> from hx.harness.config import HarnessConfig
 >>> from schemas.ledger import LedgerOpened
->>> h = starter_harness("textworld")
+>>> h = HarnessConfig()
 >>> files = render([LedgerOpened(run_id="r", strategy="global", harness=h.to_dict(), digest=h.digest)])
 >>> sorted(files)[:4]
 ['INDEX.md', 'audit.jsonl', 'curves.json', 'data/rejected_candidates.jsonl']
@@ -232,7 +232,7 @@ def _round_links(rnd: RoundRecords, files: Mapping[str, str], trajectories: Mapp
                                                        ("config", applied_path(n, cid)),
                                                        ("verdict", verdict_path(n, cid))) if path in files]
         lines.append(f"{cid}: {', '.join(parts)}")
-    digests = sum(p.startswith(f"R{n}/digests/") for p in files)
+    digests = len({d.task for d in rnd.digested.digests}) if rnd.digested else 0  # one page per task (round_files)
     folders = [link(f"digests ({digests})", f"R{n}/digests/")] if digests else []
     traj = sum(len(v) for v in trajectories.values())
     folders += [link(f"trajectories ({traj})", f"R{n}/trajectories/")] if traj else []

@@ -182,8 +182,8 @@ def safe_name(value: str) -> str:
 
     The mapping is one to one (``_`` only ever stands for ``:``), so two ids never share a file.
 
-    >>> safe_name("twx:coin:dev:17")
-    'twx_coin_dev_17'
+    >>> safe_name("bench:game:dev:17")
+    'bench_game_dev_17'
     """
     out = "".join(c if _KEEP.fullmatch(c) else "_" if c == ":" else "".join(f"%{b:02X}" for b in c.encode())
                   for c in value)

@@ -39,7 +39,7 @@ from hx.aegis.digester import cluster_of
 from hx.aegis.operations import strings_in
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
-from schemas.ledger import CandidateProposed, GateCheck, TaskFlip
+from schemas.ledger import CandidateProposed, GateCheck, GateJudged, TaskFlip
 
 Outcome = Literal["ship", "fork", "reject"]
 CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
@@ -96,6 +96,11 @@ class Verdict:
     clusters: tuple[str, ...] = ()
     """For a fork: the clusters the new variant serves."""
     trace_rounds: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, judged: GateJudged) -> Verdict:
+        """The verdict a ``GateJudged`` recorded (a resumed round, an approval answered later)."""
+        return cls(list(judged.checks), list(judged.flips), judged.outcome, judged.clusters, judged.trace_rounds)
 
     @property
     def passed(self) -> bool:

@@ -202,3 +202,12 @@ class Ledger:
             raise LedgerError(f"cannot write the ledger of run {self.run_id!r}: {exc}") from None
         if self.conn.heads is not None:  # the ledger's head, kept where deleting the ledger cannot reach
             await self.conn.heads.record([await self.conn.js.stream_info(LEDGER.name)])
+
+
+async def read_records(conn: Connection, run_id: str) -> list[LedgerEvent] | None:
+    """Every ledger event of a run, in order (None when the run has no ledger): a load that writes nothing."""
+    ledger = Ledger(conn, run_id)
+    try:
+        return list(ledger.records) if await ledger.load() is not None else None
+    finally:
+        await ledger.close()

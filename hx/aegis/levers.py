@@ -49,15 +49,14 @@ def hit_rates(state: RunState, lever: str) -> dict[int, float]:
 
 def records(state: RunState, names: Iterable[str], banned: Iterable[str] = ()) -> tuple[Lever, ...]:
     """The record of each named lever on this run."""
-    ban = set(banned)
+    ban, known = set(banned), catalog()
     out = []
     for name in names:
         proposed = sum(1 for c in state.candidates.values() if name in c.levers)
         ships = [s for s in state.ships if name in s.levers]
         outcomes = [ship_outcome(state, s) for s in ships]
-        cls = catalog().get(name)
-        bucket = bucket_of(edit_of(name))
-        out.append(Lever(name=name, bucket=bucket, dimension=cls.dimension if cls else "",
+        cls = known.get(name)
+        out.append(Lever(name=name, bucket=bucket_of(edit_of(name)), dimension=cls.dimension if cls else "",
                          addresses=tuple(cls.addresses) if cls else (), proposed=proposed, shipped=len(ships),
                          predicted=sum(p for p, _ in outcomes), realised=sum(r for _, r in outcomes),
                          banned=name in ban))

@@ -22,8 +22,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-import msgspec
-
 from hx.aegis import critic as deterministic_critic
 from hx.aegis.candidates import candidate_of
 from hx.aegis.digester import ProseWriter, actionability, digest_round, with_prose
@@ -35,7 +33,7 @@ from hx.aegis.metrics import metrics
 from hx.aegis.operations import apply
 from hx.aegis.planner import plan
 from hx.aegis.settings import EvolveSettings, Progress
-from hx.aegis.state import RunState
+from hx.aegis.state import RunState, revised
 from hx.aegis.trials import Trials, game_scores
 from hx.aegis.variants import fork_name, pool_full, route, weakest
 from hx.bench.rollout import round_roles
@@ -82,6 +80,7 @@ class Evolution:
     approver: Approver | None = None
     progress: Progress = field(default_factory=Progress)
     seconds: dict[int, float] = field(default_factory=dict)
+    _folded: tuple[int, LedgerEvent, RunState] | None = field(default=None, init=False, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -89,8 +88,12 @@ class Evolution:
         return self.ledger.run_id
 
     def state(self) -> RunState:
-        """The run's state as its ledger has it now."""
-        return RunState.of(self.ledger.records)
+        """The run's state as its ledger has it now (folded again only when the ledger changed)."""
+        records = self.ledger.records
+        key = (len(records), records[-1])
+        if self._folded is None or self._folded[0] != key[0] or self._folded[1] is not key[1]:
+            self._folded = (key[0], key[1], RunState.of(records))  # the record itself, not its id: never reused
+        return self._folded[2]
 
     async def append(self, *events: LedgerEvent) -> None:
         """Append to the ledger; an approval answered meanwhile is folded in, any other writer is a conflict."""
@@ -219,12 +222,12 @@ class Evolution:
         notes = list(getattr(self.evolver, "notes", []))
         out = []
         for i, proposal in enumerate(proposals[: self.settings.candidates], 1):
-            out.append(await self._candidate(t, f"C-R{t}-{i:02d}", proposal))
+            out.append(await self._candidate(t, f"C-R{t}-{i:02d}", proposal, context.state))
         await self.append(*out)
         return out, notes
 
-    async def _candidate(self, t: int, cid: str, proposal: Proposal) -> CandidateProposed:
-        return await candidate_of(proposal, self.state().variants[proposal.variant].harness, run_id=self.run_id,
+    async def _candidate(self, t: int, cid: str, proposal: Proposal, state: RunState) -> CandidateProposed:
+        return await candidate_of(proposal, state.variants[proposal.variant].harness, run_id=self.run_id,
                                   round=t, candidate=cid, evolver=self.evolver.name, code_check=self.code_check)
 
     async def _criticise(self, t: int, candidates: list[CandidateProposed], landscape: LandscapePlanned,
@@ -246,12 +249,12 @@ class Evolution:
                 proposal = None
             if proposal is None:
                 continue
-            revised = await self._candidate(t, cid, proposal)
-            await self.append(CandidateRevised(run_id=self.run_id, round=t, candidate=cid, reason=request,
-                                               operations=revised.operations, manifest=revised.manifest,
-                                               digest=revised.digest, build_error=revised.build_error))
-            current[cid] = msgspec.structs.replace(cand, operations=revised.operations, manifest=revised.manifest,
-                                                   digest=revised.digest, build_error=revised.build_error)
+            rebuilt = await self._candidate(t, cid, proposal, context.state)
+            revision = CandidateRevised(run_id=self.run_id, round=t, candidate=cid, reason=request,
+                                        operations=rebuilt.operations, manifest=rebuilt.manifest,
+                                        digest=rebuilt.digest, build_error=rebuilt.build_error)
+            await self.append(revision)
+            current[cid] = revised(cand, revision)
         final = await self._review(t, list(current.values()), digests, revised=True)
         judged = CriticJudged(run_id=self.run_id, round=t, ranking=final.ranking, no_op=final.no_op,
                               concerns=final.concern_list(), revisions=tuple(first.revisions),
@@ -308,7 +311,7 @@ class Evolution:
     async def _gate(self, t: int, cand: CandidateProposed, state: RunState) -> tuple[Verdict, GateJudged]:
         recorded = state.candidates[cand.candidate].gate
         if recorded is not None:
-            return Verdict(list(recorded.checks), list(recorded.flips), recorded.outcome, recorded.clusters), recorded
+            return Verdict.of(recorded), recorded
         base = state.variants[cand.variant].harness
         sources = await self.code_source(cand) if (cand.code and self.code_source) else ()
         verdict = await judge(cand, lambda: apply(base, cand.operations), base, self.trials, self.forbidden,
@@ -371,8 +374,7 @@ class Evolution:
                     proposal.base_digest != variant.harness.digest:
                 continue
             if gate.outcome == "fork":
-                verdict = Verdict(list(gate.checks), list(gate.flips), "fork", gate.clusters)
-                await self._fork(t, proposal, verdict, state)
+                await self._fork(t, proposal, Verdict.of(gate), state)
             else:
                 await self._ship(t, proposal.variant, [proposal])
             state = self.state()

@@ -49,8 +49,8 @@ def plan(state: RunState, round: int, digests: Sequence[TaskDigest]) -> Landscap
     tried_buckets = {b for c in state.candidates.values() for b in c.proposal.buckets}
     tried_dims = {d for c in state.candidates.values() for d in c.proposal.dimensions}
     banned = state.ban_in_force(round)
-    names = [*levers.catalog(), *sorted({name for c in state.candidates.values() for name in c.levers
-                                         if name not in levers.catalog()})]
+    known = levers.catalog()
+    names = [*known, *sorted({name for c in state.candidates.values() for name in c.levers if name not in known})]
     return Landscape(
         regressions=regressions(state, round, digests), failures=failure_groups(digests),
         tried_buckets=tuple(b for b in BUCKETS if b in tried_buckets),

@@ -168,6 +168,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
                         resume: bool) -> EvolutionReport:
     """Start (or resume) the run of ``job`` and run it to its end; the report comes from the ledger."""
     check_run_id(job.run_id)
+    splits = Splits.of(job.adaptation, job.heldout)
     ledger = Ledger(conn, job.run_id)
     try:
         if resume:
@@ -179,8 +180,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
             await ledger.start(LedgerOpened(run_id=job.run_id, strategy=job.loop_settings.strategy,
                                             harness=harness.to_dict(), digest=harness.digest,
                                             settings=msgspec.to_builtins(job),
-                                            heldout_digest=Splits.of(job.adaptation, job.heldout).heldout_digest))
-        splits = Splits.of(job.adaptation, job.heldout)
+                                            heldout_digest=splits.heldout_digest))
         roles = await round_roles(conn.log, job.run_id)
         trials = Trials(conn.log, job.run_id, benches, ModelConfig(main=job.model), job.rollout_settings, splits,
                         next_round=max(roles, default=-1) + 1, on_attempt=parts.on_attempt)

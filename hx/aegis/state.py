@@ -49,6 +49,11 @@ def lever_of(op: AnyEditOp) -> str:
     return f"reparam:{op.group}"
 
 
+def levers_of(operations: Iterable[AnyEditOp]) -> tuple[str, ...]:
+    """The levers some operations pull, each once, in order."""
+    return tuple(dict.fromkeys(lever_of(op) for op in operations))
+
+
 @dataclass
 class VariantState:
     """A variant: its current harness, where it came from, the clusters routed to it."""
@@ -78,7 +83,7 @@ class Candidate:
     @property
     def levers(self) -> tuple[str, ...]:
         """The levers its operations pull."""
-        return tuple(dict.fromkeys(lever_of(op) for op in self.proposal.operations))
+        return levers_of(self.proposal.operations)
 
 
 @dataclass
@@ -130,7 +135,7 @@ class RunState:
             self.candidates[record.candidate] = Candidate(record)
         elif isinstance(record, CandidateRevised):
             cand = self.candidates[record.candidate]
-            cand.proposal = _revised(cand.proposal, record)
+            cand.proposal = revised(cand.proposal, record)
         elif isinstance(record, CriticJudged):
             self.concern, self.banned, self.banned_round = record.strategy_concern, record.banned, record.round
         elif isinstance(record, GateJudged):
@@ -201,6 +206,7 @@ class RunState:
                 if c.gate is not None and c.gate.passed and c.id not in shipped and (c.waiting or c.approval)]
 
 
-def _revised(proposal: CandidateProposed, revision: CandidateRevised) -> CandidateProposed:
+def revised(proposal: CandidateProposed, revision: CandidateRevised) -> CandidateProposed:
+    """The proposal as a revision left it."""
     return msgspec.structs.replace(proposal, operations=revision.operations, manifest=revision.manifest,
                                    digest=revision.digest, build_error=revision.build_error)

@@ -15,11 +15,10 @@ check reads recorded attempts and replays them without a model or an environment
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hx.aegis.counterfactual import replay
-from hx.aegis.digester import cluster_of
 from hx.aegis.gate import Fresh, Tries
 from hx.aegis.ledger import LedgerConflict
 from hx.bench.registry import Benchmark
@@ -28,6 +27,7 @@ from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, RoundOutcome,
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
+from schemas.envelope import Record
 from schemas.ledger import GameScore, TaskDigest
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
@@ -98,14 +98,18 @@ class Trials:
         source = self.main_rounds.get(variant)
         if source is None:
             return []
+        attempts = {trace_subject(self.run_id, source, task, attempt): f"{task}#{attempt}"
+                    for task in self.solved(variant)[:MAX_REPLAYED] for attempt in range(self.settings.attempts)}
+        if not attempts:
+            return []
+        records: dict[str, list[Record]] = {subject: [] for subject in attempts}
+        async for record in self.log.read(TRACE.name, subjects=list(attempts)):  # one read for every attempt
+            records[record.subject].append(record)
         out: list[tuple[str, str, str]] = []
-        for task in self.solved(variant)[:MAX_REPLAYED]:
-            for attempt in range(self.settings.attempts):
-                subject = trace_subject(self.run_id, source, task, attempt)
-                records = [r async for r in self.log.read(TRACE.name, subjects=[subject])]
-                if any(isinstance(r.event, AttemptFinished) and r.event.passed for r in records):
-                    verdict, where = await replay(harness, records)
-                    out.append((f"{task}#{attempt}", verdict, where))
+        for subject, name in attempts.items():
+            if any(isinstance(r.event, AttemptFinished) and r.event.passed for r in records[subject]):
+                verdict, where = await replay(harness, records[subject])
+                out.append((name, verdict, where))
         return out
 
     async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str]) -> Fresh:
@@ -131,9 +135,7 @@ class Trials:
             trace_round, outcome = await self.run(harness, lost, role="adaptation", settings=one,
                                                   label=dataclasses.replace(label, first_attempt=first))
             rounds.append(trace_round)
-            for r in outcome.results:
-                old = retries.get(r.task_id, Tries(0, 0))
-                retries[r.task_id] = Tries(old.attempts + 1, old.passes + int(r.passed))
+            retries = _tries(outcome.results, retries)
             lost = [t for t in lost if retries[t].passes == 0]
         return Fresh(solved={t: v for t, v in tries.items() if t in keep},
                      flips={t: v for t, v in tries.items() if t not in keep}, retries=retries,
@@ -154,8 +156,9 @@ class Trials:
         return first, sum(len(t) for _, t in routes.values()), outcomes
 
 
-def _tries(results: Sequence[AttemptResult]) -> dict[str, Tries]:
-    out: dict[str, Tries] = {}
+def _tries(results: Sequence[AttemptResult], before: Mapping[str, Tries] | None = None) -> dict[str, Tries]:
+    """Attempts and passes per task, added to ``before``."""
+    out = dict(before or {})
     for r in results:
         old = out.get(r.task_id, Tries(0, 0))
         out[r.task_id] = Tries(old.attempts + 1, old.passes + int(r.passed))
@@ -170,7 +173,3 @@ def game_scores(outcomes: Sequence[AttemptOutcome], attempts: int) -> tuple[floa
                   for g in report.games)
     return report.overall.pass_at_1, report.overall.pass_at_2, games
 
-
-def clusters_of(tasks: Sequence[str]) -> tuple[str, ...]:
-    """The clusters of some tasks, each once, in order."""
-    return tuple(dict.fromkeys(cluster_of(t) for t in tasks))

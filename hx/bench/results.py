@@ -269,15 +269,23 @@ class ResultsClaim:
 
     def save(self, report: RolloutReport) -> tuple[Path, Path]:
         """Write the JSON and the Markdown table into the claimed files (each replaced whole); return both paths."""
-        for target, text in ((self.path, to_json(report)), (self.markdown, markdown_table(report))):
+        self.write(to_json(report), markdown_table(report))
+        return self.path, self.markdown
+
+    def write(self, json_text: str, markdown: str | None = None) -> None:
+        """Fill the claimed files (each replaced whole); a Markdown file with no text is given back."""
+        for target, text in ((self.path, json_text), (self.markdown, markdown)):
+            if text is None:
+                continue
             tmp = target.with_name(f".{target.name}.tmp")
             try:
                 tmp.write_text(text)
                 tmp.replace(target)
             except OSError as exc:
                 raise ResultsError(f"cannot write results to {target}: {exc.strerror or exc}") from None
-        self._mine = []
-        return self.path, self.markdown
+            if target in self._mine:
+                self._mine.remove(target)
+        self.release()
 
     def release(self) -> None:
         """Give back files claimed but never written (a run that failed before its report)."""

@@ -15,7 +15,7 @@ from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from hx.aegis.code import CodeStore
 from hx.aegis.gate import Verdict
-from hx.aegis.ledger import Ledger
+from hx.aegis.ledger import read_records
 from hx.aegis.llm_stages import LlmCritic, LlmProse, llm_prose
 from hx.aegis.meta import MetaAgent
 from hx.aegis.session import EvolveJob
@@ -29,14 +29,10 @@ from streams.connection import Connection
 
 async def load_job(conn: Connection, run_id: str) -> EvolveJob | None:
     """The job a run's ledger recorded (None when the run has no ledger)."""
-    ledger = Ledger(conn, run_id)
-    try:
-        aggregate = await ledger.load()
-    finally:
-        await ledger.close()
-    if aggregate is None:
+    records = await read_records(conn, run_id)
+    if records is None:
         return None
-    opened = aggregate.records[0]
+    opened = records[0]
     assert isinstance(opened, LedgerOpened)
     return msgspec.convert(opened.settings, EvolveJob)
 
@@ -100,13 +96,13 @@ class EvolveProgress:
 
 @dataclass
 class LlmParts:
-    """The pieces a meta-model adds: its agent, a critic, the digest prose, and the code store with its sandbox."""
+    """The code store with its sandbox, and what a meta-model adds: its agent, a critic, the digest prose."""
 
+    store: CodeStore
+    code_check: SandboxCodeCheck
     meta: MetaAgent | None = None
     critic: LlmCritic | None = None
     prose: LlmProse | None = None
-    store: CodeStore | None = None
-    code_check: SandboxCodeCheck | None = None
 
     async def aclose(self) -> None:
         """Close the meta-model's providers."""
@@ -117,8 +113,8 @@ class LlmParts:
 def llm_parts(conn: Connection, job: EvolveJob, data_dir: Path) -> LlmParts:
     """The LLM stages of a job (none without a meta-model); new code is kept under ``data_dir/plugins``."""
     store = CodeStore(conn.log, Path(data_dir).resolve() / "plugins")
-    if not job.meta_model:
-        return LlmParts(store=store, code_check=SandboxCodeCheck(store))
-    meta = MetaAgent(ModelConfig(main=job.meta_model), conn.log, job.run_id)
-    return LlmParts(meta=meta, critic=LlmCritic(meta, store), prose=llm_prose(meta), store=store,
-                    code_check=SandboxCodeCheck(store))
+    parts = LlmParts(store=store, code_check=SandboxCodeCheck(store))
+    if job.meta_model:
+        parts.meta = MetaAgent(ModelConfig(main=job.meta_model), conn.log, job.run_id)
+        parts.critic, parts.prose = LlmCritic(parts.meta, store), llm_prose(parts.meta)
+    return parts

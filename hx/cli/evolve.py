@@ -8,9 +8,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import click
 import msgspec
@@ -93,7 +91,8 @@ def evolve_command(app: App, benches: tuple[str, ...], tasks: int, heldout_tasks
                               strategy=strategy, max_variants=max_variants,  # type: ignore[arg-type]
                               heldout_every=heldout_every, risk_threshold=risk_threshold)
     run_id = resume_id or run_id or new_run_id().replace("run-", "evolve-", 1)
-    claim = ResultsClaim(out or app.settings.data_dir / "results" / f"{run_id}.json") if resume_id is None else None
+    path = out or app.settings.data_dir / "results" / f"{run_id}.json"
+    claim = ResultsClaim(path) if resume_id is None else None
     rollout = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed)
     try:
         result = run(_evolve(app, run_id, list(benches), tasks, heldout_tasks, model, harness_path, evolver,
@@ -102,11 +101,12 @@ def evolve_command(app: App, benches: tuple[str, ...], tasks: int, heldout_tasks
         if claim is not None:
             claim.release()
         raise
-    text = json.dumps(_as_dict(result), indent=2, default=str) + "\n"
-    path = (out or app.settings.data_dir / "results" / f"{run_id}.json")
-    if claim is None:
+    text = json.dumps(msgspec.to_builtins(result), indent=2) + "\n"
+    if claim is not None:
+        claim.write(text)
+    else:  # a resumed run replaces its report
         path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+        path.write_text(text)
     if as_json:
         click.echo(text, nl=False)
     else:
@@ -138,9 +138,8 @@ async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout_t
             with EvolveProgress(console, job.loop_settings.rounds) as progress:
                 llm = llm_parts(conn, job, app.settings.data_dir)
                 evolver = make_evolver(job.evolver, meta=llm.meta, store=llm.store)
-                check = llm.code_check
                 parts = Parts(evolver, progress.callbacks(), on_attempt=progress.attempt, critic=llm.critic,
-                              code_check=check, code_source=check.sources if check else None,
+                              code_check=llm.code_check, code_source=llm.code_check.sources,
                               approver=progress.approver if approve else None, prose=llm.prose, store=llm.store)
                 try:
                     return await run_evolution(conn, benches, job, parts, resume=resume)
@@ -179,12 +178,4 @@ def heldout_table(result: EvolutionReport) -> Table:
         known = before or after
         table.add_row(game, str(known.tasks) if known else "0", fmt(b), fmt(a), change)
     return table
-
-
-def _as_dict(result: EvolutionReport) -> dict[str, Any]:
-    data = asdict(result)
-    for key in ("heldout_before", "heldout_after"):
-        value = getattr(result, key)
-        data[key] = msgspec.to_builtins(value) if value is not None else None
-    return data
 

@@ -20,7 +20,7 @@ from hx.aegis.code import CodeStore
 from hx.aegis.export import render
 from hx.aegis.export_fold import ExportError
 from hx.aegis.export_rounds import trajectory_name
-from hx.aegis.ledger import Ledger
+from hx.aegis.ledger import read_records
 from hx.aegis.session import restore_plugins
 from hx.bench.rollout import round_roles
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
@@ -123,13 +123,9 @@ class Staging:
 
 async def _export(app: App, run_id: str, target: Path, *, with_trajectories: bool, force: bool) -> int:
     async with app.connect() as conn:
-        ledger = Ledger(conn, run_id)
-        try:
-            if await ledger.load() is None:
-                raise ExportError(f"run {run_id!r} has no ledger")
-            records = list(ledger.records)
-        finally:
-            await ledger.close()
+        records = await read_records(conn, run_id)
+        if records is None:
+            raise ExportError(f"run {run_id!r} has no ledger")
         if any(isinstance(r, CandidateProposed) and r.code for r in records):
             # Harnesses that name new processor code build only with its (gate-proven) modules on the path.
             await restore_plugins(CodeStore(conn.log, app.settings.data_dir.resolve() / "plugins"), records)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 
 import msgspec
 
+from hx.processors._hookutil import compile_patterns
 from hx.processors._hookutil import state_key as digest
 from schemas.hooks import AfterTool, BeforeModel
 from schemas.messages import ToolCall, ToolResult, ToolSchema
@@ -118,13 +119,7 @@ def content_words(text: str, stopwords: Collection[str], min_len: int) -> frozen
 
 def compile_refusals(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
     """Compile case-insensitive refusal patterns (raised as ``ValueError`` naming the bad one, at build time)."""
-    out = []
-    for p in patterns:
-        try:
-            out.append(re.compile(p, re.IGNORECASE))
-        except re.error as exc:
-            raise ValueError(f"refusals: invalid regular expression {p!r}: {exc}") from None
-    return tuple(out)
+    return compile_patterns(patterns, "refusals", re.IGNORECASE)
 
 
 def refused(result: ToolResult, patterns: Iterable[re.Pattern[str]]) -> bool:
@@ -139,6 +134,8 @@ class Position:
         self.state = ""
         """The state key of the last before_model's whole offer (empty before the first)."""
         self.actions: frozenset[str] = frozenset()
+        self.tried: dict[str, set[str]] = {}
+        """Per state, the offered actions taken there (``took``)."""
 
     def enter(self, event: BeforeModel) -> str:
         """Read the state from the step's whole offer; return it."""
@@ -151,4 +148,15 @@ class Position:
         """The action an after_tool event reports, when it is one of the choices offered in the current state."""
         action = action_of(event.call)
         return action if self.state and action in self.actions else None
+
+    def took(self, event: AfterTool) -> str | None:
+        """Like ``action``, and remember the action as tried in the current state."""
+        action = self.action(event)
+        if action is not None:
+            self.tried.setdefault(self.state, set()).add(action)
+        return action
+
+    def tried_in(self, state: str) -> set[str]:
+        """The offered actions taken in ``state`` so far."""
+        return self.tried.get(state, set())
 

@@ -44,12 +44,12 @@ def selected(name: str, allow: Iterable[str], deny: Iterable[str] = ()) -> bool:
     return (not allow or matches_any(name, allow)) and not matches_any(name, deny)
 
 
-def compile_patterns(patterns: Iterable[str], what: str) -> tuple[re.Pattern[str], ...]:
+def compile_patterns(patterns: Iterable[str], what: str, flags: int = 0) -> tuple[re.Pattern[str], ...]:
     """Compile regular expressions, naming the parameter in the error (raised when a processor is built)."""
     out = []
     for p in patterns:
         try:
-            out.append(re.compile(p))
+            out.append(re.compile(p, flags))
         except re.error as exc:
             raise ValueError(f"{what}: invalid regular expression {p!r}: {exc}") from None
     return tuple(out)

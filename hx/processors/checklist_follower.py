@@ -67,7 +67,6 @@ class ChecklistFollower(Processor, kw_only=True, dict=True, forbid_unknown_field
         self._at = Position()
         self._items: dict[str, frozenset[str]] = {}
         self._done: set[str] = set()
-        self._tried: dict[str, set[str]] = {}
 
     def words(self, text: str) -> frozenset[str]:
         """The content words of ``text``."""
@@ -79,11 +78,9 @@ class ChecklistFollower(Processor, kw_only=True, dict=True, forbid_unknown_field
 
     def record(self, action: str | None, event: AfterTool) -> None:
         """Mark the items an effective action mentions as done; remember the items of any list shown."""
-        if action is not None:
-            self._tried.setdefault(self._at.state, set()).add(action)
-            if not refused(event.result, self._refusals):
-                said = self.words(action)
-                self._done.update(item for item, words in self._items.items() if words & said)
+        if action is not None and not refused(event.result, self._refusals):
+            said = self.words(action)
+            self._done.update(item for item, words in self._items.items() if words & said)
         if not event.result.is_error:
             for item in list_items(event.result.output, self.min_items):
                 words = self.words(item)
@@ -93,12 +90,12 @@ class ChecklistFollower(Processor, kw_only=True, dict=True, forbid_unknown_field
     async def process(self, event: AfterTool | BeforeModel) -> AsyncIterator[AfterTool | BeforeModel]:
         """Collect lists and done items (after_tool); narrow to actions on pending items (before_model)."""
         if isinstance(event, AfterTool):
-            self.record(self._at.action(event), event)
+            self.record(self._at.took(event), event)
             yield event
             return
         state = self._at.enter(event)
         pending = self.pending()
-        tried = self._tried.get(state, set())
-        keep = {a for a in choices(event.tools)
-                if a not in tried and any(words & self.words(a) for words in pending)} if pending else set()
+        tried = self._at.tried_in(state)
+        need = frozenset().union(*pending)  # an action is on a pending item when it shares a word with one
+        keep = {a for a in choices(event.tools) if a not in tried and self.words(a) & need} if pending else set()
         yield narrowed(event, lambda a: a in keep) if keep else event

@@ -37,7 +37,6 @@ class ExploreUntried(Processor, kw_only=True, dict=True, forbid_unknown_fields=T
 
     def __post_init__(self) -> None:
         self._at = Position()
-        self._tried: dict[str, set[str]] = {}
         self._actions: dict[str, frozenset[str]] = {}
         """Per state seen, every action it offered."""
         self._moves: dict[str, dict[str, str]] = {}
@@ -46,7 +45,7 @@ class ExploreUntried(Processor, kw_only=True, dict=True, forbid_unknown_fields=T
 
     def untried(self, state: str) -> set[str]:
         """The actions ``state`` offered that were never tried there."""
-        return set(self._actions.get(state, frozenset())) - self._tried.get(state, set())
+        return set(self._actions.get(state, frozenset())) - self._at.tried_in(state)
 
     def way_out(self, state: str) -> str | None:
         """The first action of a shortest known path from ``state`` to another state with untried actions."""
@@ -68,9 +67,8 @@ class ExploreUntried(Processor, kw_only=True, dict=True, forbid_unknown_fields=T
     async def process(self, event: AfterTool | BeforeModel) -> AsyncIterator[AfterTool | BeforeModel]:
         """Record tried actions (after_tool); narrow to untried ones or towards them (before_model)."""
         if isinstance(event, AfterTool):
-            action = self._at.action(event)
+            action = self._at.took(event)
             if action is not None:
-                self._tried.setdefault(self._at.state, set()).add(action)
                 self._pending.append((self._at.state, action))
             yield event
             return
@@ -83,7 +81,7 @@ class ExploreUntried(Processor, kw_only=True, dict=True, forbid_unknown_fields=T
             yield event
             return
         self._actions[state] = self._at.actions
-        tried = self._tried.get(state, set())
+        tried = self._at.tried_in(state)
         if any(a not in tried for a in choices(event.tools)):
             yield narrowed(event, lambda a: a not in tried)
             return

@@ -42,7 +42,6 @@ class TaskObjects(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
         self._stop = frozenset(w.lower() for w in self.stopwords)
         self._words: frozenset[str] = frozenset()
         self._at = Position()
-        self._tried: dict[str, set[str]] = {}
 
     def words(self, text: str) -> frozenset[str]:
         """The content words of ``text``."""
@@ -50,7 +49,7 @@ class TaskObjects(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
 
     def relevant(self, state: str, offered: tuple[str, ...]) -> set[str]:
         """The untried actions of ``offered`` sharing the most content words with the task (empty: none shares)."""
-        tried = self._tried.get(state, set())
+        tried = self._at.tried_in(state)
         scores = {a: len(self.words(a) & self._words) for a in offered if a not in tried}
         best = max(scores.values(), default=0)
         return {a for a, score in scores.items() if score == best} if best > 0 else set()
@@ -61,9 +60,7 @@ class TaskObjects(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
         if isinstance(event, TaskStart):
             self._words = self.words(event.task.instruction)
         elif isinstance(event, AfterTool):
-            action = self._at.action(event)
-            if action is not None:
-                self._tried.setdefault(self._at.state, set()).add(action)
+            self._at.took(event)
         else:
             keep = self.relevant(self._at.enter(event), choices(event.tools))
             if keep:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hx.aegis.state import RunState
 from schemas.errors import HxError
-from schemas.ledger import AnyEditOp, CodeAsset, Landscape, Manifest, TaskDigest
+from schemas.ledger import Anchor, AnyEditOp, CodeAsset, Landscape, Manifest, TaskDigest
 
 
 class EvolverError(HxError):
@@ -42,6 +42,24 @@ class Context:
     digests: tuple[TaskDigest, ...]
 
 
+MAX_EVIDENCE = 8
+"""Evidence anchors a manifest carries at most."""
+
+
+def evidence_for(digests: Sequence[TaskDigest], tasks: Sequence[str]) -> tuple[Anchor, ...]:
+    """The anchors of the digests of ``tasks`` (capped), in digest order: evidence comes from the digests only."""
+    wanted = set(tasks)
+    return tuple(a for d in digests if d.task in wanted for a in d.evidence)[:MAX_EVIDENCE]
+
+
+def judged(context: Context, variant: str, operations: tuple[AnyEditOp, ...]) -> bool:
+    """True when these operations were already proposed on the variant's current harness (they would only be
+    judged again)."""
+    base = context.state.variants[variant].harness.digest
+    return any(c.proposal.variant == variant and c.proposal.base_digest == base and c.proposal.operations == operations
+               for c in context.state.candidates.values())
+
+
 class Evolver(ABC):
     """Proposes candidates for a round."""
 
@@ -55,10 +73,11 @@ class Evolver(ABC):
                      supported: Sequence[str]) -> Proposal | None:
         """A revised proposal after the critic's request (default: keep only the supported predictions)."""
         manifest = proposal.manifest
-        flips = tuple(t for t in manifest.predicted_flips if t in set(supported))
+        backed = set(supported)
+        flips = tuple(t for t in manifest.predicted_flips if t in backed)
         if not flips:
             return None
-        evidence = tuple(a for d in context.digests if d.task in flips for a in d.evidence)[:8]
+        evidence = evidence_for(context.digests, flips)
         return Proposal(proposal.variant, proposal.operations,
                         Manifest(intended_effect=manifest.intended_effect, categories=manifest.categories,
                                  predicted_flips=flips, at_risk=manifest.at_risk, evidence=evidence,

@@ -25,7 +25,7 @@ import msgspec
 import hx.processors  # noqa: F401 - the catalog lists the library processors, registered on import
 from hx.aegis import levers
 from hx.aegis.code import CodeError, CodeStore, Declared, declared_processor, module_name, source_digest
-from hx.aegis.evolvers.base import Context, Evolver, EvolverError, Proposal
+from hx.aegis.evolvers.base import Context, Evolver, EvolverError, Proposal, evidence_for, judged
 from hx.aegis.evolvers.prompts import SYSTEM, propose_prompt, revise_prompt
 from hx.aegis.evolvers.reply import WireCandidate, WireCode, WireReply, parse
 from hx.aegis.meta import MetaAgent
@@ -34,20 +34,12 @@ from hx.aegis.state import lever_of
 from hx.harness.errors import CompositionError
 from hx.harness.processor import registered
 from hx.runtime.providers.base import ProviderError
-from schemas.ledger import Anchor, AnyEditOp, Attach, CodeAsset, Manifest, Replace, TaskDigest
+from schemas.ledger import Attach, CodeAsset, Manifest, Replace
 from schemas.messages import Message
-
-MAX_EVIDENCE = 8
 
 
 class _Skip(Exception):
     """One candidate is invalid (the reply as a whole still stands)."""
-
-
-def evidence_for(digests: Sequence[TaskDigest], tasks: Sequence[str]) -> tuple[Anchor, ...]:
-    """The anchors of the digests of ``tasks`` (capped), in digest order."""
-    wanted = set(tasks)
-    return tuple(a for d in digests if d.task in wanted for a in d.evidence)[:MAX_EVIDENCE]
 
 
 def _references(file: str, declared: Declared) -> set[str]:
@@ -145,7 +137,7 @@ class LlmEvolver(Evolver):
                 apply(vstate.harness, ops)
             except CompositionError as exc:
                 raise _Skip(f"does not build: {exc}") from None
-        if not revision and self._judged(context, cand.variant, ops):
+        if not revision and judged(context, cand.variant, ops):
             raise _Skip("the same operations were already judged on this harness")
         assets = [a for a in known if a.processor in used]
         for code, d in zip(cand.code, declared, strict=True):
@@ -175,9 +167,3 @@ class LlmEvolver(Evolver):
                             "its content")
             out.append(declared)
         return out
-
-    @staticmethod
-    def _judged(context: Context, variant: str, ops: tuple[AnyEditOp, ...]) -> bool:
-        base = context.state.variants[variant].harness.digest
-        return any(c.proposal.variant == variant and c.proposal.base_digest == base and c.proposal.operations == ops
-                   for c in context.state.candidates.values())

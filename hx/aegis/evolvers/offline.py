@@ -26,18 +26,17 @@ from typing import Any
 import msgspec
 
 from hx.aegis import levers
-from hx.aegis.evolvers.base import Context, Evolver, Proposal
+from hx.aegis.evolvers.base import MAX_EVIDENCE, Context, Evolver, Proposal, evidence_for, judged
 from hx.aegis.operations import apply
 from hx.aegis.state import lever_of
 from hx.harness.config import Attachment, HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import Processor, processor_type
-from schemas.ledger import Anchor, Attach, Manifest, Remove, Reparam, TaskDigest
+from schemas.ledger import Attach, Manifest, Remove, Reparam, TaskDigest
 
 MAX_PREDICTED = 40
 COMBINE_UP_TO = 3
 """The largest combination of attachments proposed as one candidate."""
-MAX_EVIDENCE = 8
 
 
 def _summary(cls: type[Processor]) -> str:
@@ -75,18 +74,12 @@ class OfflineEvolver(Evolver):
         out: list[Proposal] = []
         for _, _, proposal in sorted(scored, key=lambda s: (-s[0], s[1])):
             key = (proposal.variant, tuple(lever_of(op) for op in proposal.operations))
-            if key not in seen and self._fresh(context, proposal):
+            if key not in seen and not judged(context, proposal.variant, proposal.operations):
                 seen.add(key)
                 out.append(proposal)
             if len(out) >= k:
                 break
         return out
-
-    def _fresh(self, context: Context, proposal: Proposal) -> bool:
-        """False for a candidate already judged on this very base harness (it would only be rejected again)."""
-        base = context.state.variants[proposal.variant].harness.digest
-        return not any(c.proposal.variant == proposal.variant and c.proposal.base_digest == base
-                       and c.proposal.operations == proposal.operations for c in context.state.candidates.values())
 
     def _reverts(self, context: Context, variant: str, harness: HarnessConfig) -> list[tuple[float, str, Proposal]]:
         out = []
@@ -105,7 +98,7 @@ class OfflineEvolver(Evolver):
                         intended_effect=f"undo {cid}: remove {group}, suspected of breaking tasks it solved before",
                         categories=(), predicted_flips=tuple(r.task for r in context.landscape.regressions
                                                              if cid in r.suspects)[:MAX_PREDICTED],
-                        evidence=_evidence(context.digests, [reg.task]), attribution=group)
+                        evidence=evidence_for(context.digests, [reg.task]), attribution=group)
                     out.append((10.0 * len(manifest.predicted_flips), f"remove:{group}",
                                 Proposal(variant, (revert,), manifest)))
         return out
@@ -122,7 +115,7 @@ class OfflineEvolver(Evolver):
                 continue
             manifest = Manifest(intended_effect=f"relax {group}: it ended attempts that might have succeeded",
                                 categories=("interrupted",), predicted_flips=tuple(d.task for d in hit)[:MAX_PREDICTED],
-                                evidence=_evidence(hit, [d.task for d in hit]), attribution=group)
+                                evidence=evidence_for(hit, [d.task for d in hit]), attribution=group)
             out.append((float(len(hit)), f"reparam:{group}", Proposal(variant, (Reparam(group=group, params=params),),
                                                                       manifest)))
         return out
@@ -148,7 +141,7 @@ class OfflineEvolver(Evolver):
             manifest = Manifest(intended_effect=_summary(cls),
                                 categories=tuple(c for c in cls.addresses if any(d.category == c for d in support)),
                                 predicted_flips=tuple(d.task for d in support)[:MAX_PREDICTED],
-                                evidence=_evidence(support, [d.task for d in support]), attribution=cls.group())
+                                evidence=evidence_for(support, [d.task for d in support]), attribution=cls.group())
             out.append((weight, name, Proposal(variant, (op,), manifest)))
         return out
 
@@ -182,8 +175,4 @@ def _combinations(harness: HarnessConfig,
         out.append((weight, "+".join(n for _, n, _ in singles[:size]), Proposal(chosen[0].variant, ops, manifest)))
     return out
 
-
-def _evidence(digests: Sequence[TaskDigest], tasks: Sequence[str]) -> tuple[Anchor, ...]:
-    wanted = set(tasks)
-    return tuple(a for d in digests if d.task in wanted for a in d.evidence)[:MAX_EVIDENCE]
 
