@@ -3,7 +3,10 @@
 Importing this package registers every event type.
 """
 
-from schemas import ledger  # noqa: F401 - registers the edit ledger's event types
+from schemas import (
+    learn,  # noqa: F401 - registers the learner's event types
+    ledger,  # noqa: F401 - registers the edit ledger's event types
+)
 from schemas.envelope import (
     FRAME_TYPE,
     HX_COUNT,

@@ -78,6 +78,8 @@ class Evolution:
     code_source: Callable[[CandidateProposed], Awaitable[Sequence[str]]] | None = None
     prose: ProseWriter | None = None
     approver: Approver | None = None
+    after_round: Callable[[RoundDecided], Awaitable[str]] | None = None
+    """Called after each decided round (co-evolution's learner update); a non-empty answer ends the run, as reason."""
     progress: Progress = field(default_factory=Progress)
     seconds: dict[int, float] = field(default_factory=dict)
     _folded: tuple[int, LedgerEvent, RunState] | None = field(default=None, init=False, repr=False)
@@ -124,9 +126,13 @@ class Evolution:
             decision = await self.round(t)
             self.seconds[t] = time.perf_counter() - began
             self.progress.decided(decision)
+            stop = await self.after_round(decision) if self.after_round is not None else ""
             every = self.settings.heldout_every
             if every and (t + 1) % every == 0 and t + 1 < self.settings.rounds:
                 await self.heldout(t)
+            if stop:
+                reason = stop
+                break
             if decision.idle >= self.settings.patience:
                 status, reason = "patience", f"{decision.idle} round(s) in a row without a ship"
                 break

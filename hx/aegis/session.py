@@ -66,6 +66,8 @@ class EvolveJob(msgspec.Struct, frozen=True, kw_only=True):
     timeout_s: float | None = None
     settings: dict[str, Any] = {}
     """``EvolveSettings`` as plain data."""
+    coevolve: dict[str, Any] = {}
+    """``CoevolveSettings`` as plain data for ``hx coevolve`` (empty: the model is not trained)."""
 
     @property
     def loop_settings(self) -> EvolveSettings:
@@ -91,6 +93,10 @@ class EvolutionReport:
     variants: dict[str, str] = field(default_factory=dict)
     """Live variant -> its harness digest."""
     routing: dict[str, str] = field(default_factory=dict)
+    learner: list[Any] = field(default_factory=list)
+    """Co-evolution: the learner's records (``PolicyUpdated`` or ``UpdateSkipped``), in order."""
+    policy: str = ""
+    """Co-evolution: the policy version the run ended with."""
 
     def games(self) -> list[tuple[str, GameScore | None, GameScore | None]]:
         """Per game: held-out figures before and after."""
@@ -162,6 +168,8 @@ class Parts:
     prose: Any = None
     store: CodeStore | None = None
     """Where new processor code lives; a resumed run re-materializes the code its harnesses use."""
+    on_update: Any = None
+    """Called with each learner record of a co-evolution run."""
 
 
 async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: EvolveJob, parts: Parts, *,
@@ -187,12 +195,26 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
         forbidden = await forbidden_texts(benches, [*job.adaptation, *job.heldout])
         if parts.store is not None:
             await restore_plugins(parts.store, ledger.records)
+        coevolution = None
+        if job.coevolve:
+            # imported here: the learner brings JAX, which plain evolution runs never load
+            from hx.aegis.coevolution import Coevolution, CoevolveSettings
+
+            settings = msgspec.convert(job.coevolve, CoevolveSettings)
+            coevolution = Coevolution.of(conn.log, job.run_id, trials, settings, ledger.records)
+            if parts.on_update is not None:
+                coevolution.on_update = parts.on_update
+            await coevolution.start()
         evolution = Evolution(ledger, trials, parts.evolver, job.loop_settings, forbidden, critic=parts.critic,
                               code_check=parts.code_check, code_source=parts.code_source, approver=parts.approver,
-                              progress=parts.progress, prose=parts.prose)
+                              progress=parts.progress, prose=parts.prose,
+                              after_round=coevolution.after_round if coevolution else None)
         await evolution.run()
         await _finish_trace(conn, job.run_id, ledger)
-        return report(ledger.records, evolution.seconds)
+        result = report(ledger.records, evolution.seconds)
+        if coevolution is not None:
+            result.learner, result.policy = list(coevolution.learner.position.updates), coevolution.version
+        return result
     finally:
         await ledger.close()
 

@@ -23,6 +23,7 @@ from hx.aegis.settings import Progress
 from hx.aegis.smoke import SandboxCodeCheck
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
+from schemas.learn import PolicyUpdated, UpdateSkipped
 from schemas.ledger import CandidateProposed, HeldoutScored, LedgerOpened, RoundDecided
 from streams.connection import Connection
 
@@ -76,6 +77,17 @@ class EvolveProgress:
         when = "before round 0" if scored.round < 0 else f"after round {scored.round}"
         games = ", ".join(f"{g.game} {g.pass_at_2:.2f}" for g in scored.games if g.pass_at_2 is not None)
         self.console.print(f"held-out {when}: pass@2 {games}", highlight=False)
+
+    def learner(self, record: PolicyUpdated | UpdateSkipped) -> None:
+        """One learner pass: the new policy and its figures, or why the policy was kept."""
+        if isinstance(record, PolicyUpdated):
+            self.console.print(f"learner through trace round {record.through_round}: policy {record.version[:12]} · "
+                               f"{record.samples:,} samples in {record.groups_used} groups · loss {record.loss:.4f} · "
+                               f"KL {record.kl:.4f} · clip {record.clip_fraction:.2f} · {record.seconds:.1f}s",
+                               highlight=False)
+        else:
+            self.console.print(f"learner through trace round {record.through_round}: policy kept ({record.reason})",
+                               highlight=False)
 
     def callbacks(self) -> Progress:
         """The loop's progress callbacks, drawing on this display."""

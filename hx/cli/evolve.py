@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 import msgspec
@@ -26,6 +27,7 @@ from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
 from hx.cli.run import choose_harness, new_run_id, select_tasks
 from hx.runtime.models import ModelConfig
 from schemas.errors import HxError
+from schemas.learn import PolicyUpdated
 
 DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
 
@@ -70,11 +72,7 @@ DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where to save the report  [default: DATA_DIR/results/RUN.json]")
 @pass_app
-def evolve_command(app: App, benches: tuple[str, ...], tasks: int, heldout_tasks: int, rounds: int, patience: int,
-                   alpha: float, candidates: int, strategy: str, max_variants: int, evolver: str, meta_model: str,
-                   model: str, harness_path: Path | None, attempts: int, concurrency: int, max_steps: int, seed: int,
-                   heldout_every: int, risk_threshold: float, approve: bool, run_id: str | None,
-                   resume_id: str | None, as_json: bool, out: Path | None) -> None:
+def evolve_command(app: App, /, **options: Any) -> None:
     """Evolve a harness from its traces (AEGIS), every decision on the edit ledger.
 
     Each round runs every variant on the adaptation tasks, digests the attempts, plans,
@@ -82,6 +80,15 @@ def evolve_command(app: App, benches: tuple[str, ...], tasks: int, heldout_tasks
     or forks. The held-out tasks are evaluated before the first round and after the last.
     Runs anywhere with the defaults: random agent, offline evolver, embedded nats-server.
     """
+    evolve_main(app, **options)
+
+
+def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks: int, rounds: int, patience: int,
+                alpha: float, candidates: int, strategy: str, max_variants: int, evolver: str, meta_model: str,
+                model: str, harness_path: Path | None, attempts: int, concurrency: int, max_steps: int, seed: int,
+                heldout_every: int, risk_threshold: float, approve: bool, run_id: str | None,
+                resume_id: str | None, as_json: bool, out: Path | None, coevolve: Any = None) -> None:
+    """``hx evolve`` (and ``hx coevolve``, with its co-evolution settings): run, report, save."""
     if evolver == "llm" and not meta_model and resume_id is None:
         raise click.BadParameter("the llm evolver needs --meta-model", param_hint="--meta-model")
     ModelConfig(main=model).check()
@@ -90,13 +97,15 @@ def evolve_command(app: App, benches: tuple[str, ...], tasks: int, heldout_tasks
     settings = EvolveSettings(rounds=rounds, patience=patience, alpha=alpha, candidates=candidates,
                               strategy=strategy, max_variants=max_variants,  # type: ignore[arg-type]
                               heldout_every=heldout_every, risk_threshold=risk_threshold)
-    run_id = resume_id or run_id or new_run_id().replace("run-", "evolve-", 1)
+    prefix = "coevolve-" if coevolve is not None else "evolve-"
+    run_id = resume_id or run_id or new_run_id().replace("run-", prefix, 1)
     path = out or app.settings.data_dir / "results" / f"{run_id}.json"
     claim = ResultsClaim(path) if resume_id is None else None
     rollout = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed)
     try:
         result = run(_evolve(app, run_id, list(benches), tasks, heldout_tasks, model, harness_path, evolver,
-                             meta_model, rollout, settings, approve, resume=resume_id is not None))
+                             meta_model, rollout, settings, approve, resume=resume_id is not None,
+                             coevolve=coevolve))
     except BaseException:
         if claim is not None:
             claim.release()
@@ -112,13 +121,16 @@ def evolve_command(app: App, benches: tuple[str, ...], tasks: int, heldout_tasks
     else:
         console = stdout_console()
         console.print(rounds_table(result))
+        if result.learner:
+            console.print(learner_table(result))
         console.print(heldout_table(result))
     click.echo(f"saved {path}", err=as_json)
 
 
 async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout_tasks: int, model: str,
                   harness_path: Path | None, evolver_name: str, meta_model: str, rollout: RolloutSettings,
-                  settings: EvolveSettings, approve: bool, *, resume: bool) -> EvolutionReport:
+                  settings: EvolveSettings, approve: bool, *, resume: bool,
+                  coevolve: Any = None) -> EvolutionReport:
     async with app.connect() as conn:
         job: EvolveJob | None = await load_job(conn, run_id) if resume else None
         if resume and job is None:
@@ -131,6 +143,8 @@ async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout_t
                 job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout_tasks, model=model,
                               harness=harness, harness_source=source, evolver=evolver_name, meta_model=meta_model,
                               rollout=rollout, settings=settings)
+                if coevolve is not None:
+                    job = msgspec.structs.replace(job, coevolve=msgspec.to_builtins(coevolve))
             console = stderr_console()
             console.print(f"evolve {run_id}: {len(job.adaptation)} adaptation and {len(job.heldout)} held-out tasks, "
                           f"{job.evolver} evolver, {job.loop_settings.strategy}, up to {job.loop_settings.rounds} "
@@ -140,7 +154,8 @@ async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout_t
                 evolver = make_evolver(job.evolver, meta=llm.meta, store=llm.store)
                 parts = Parts(evolver, progress.callbacks(), on_attempt=progress.attempt, critic=llm.critic,
                               code_check=llm.code_check, code_source=llm.code_check.sources,
-                              approver=progress.approver if approve else None, prose=llm.prose, store=llm.store)
+                              approver=progress.approver if approve else None, prose=llm.prose, store=llm.store,
+                              on_update=progress.learner)
                 try:
                     return await run_evolution(conn, benches, job, parts, resume=resume)
                 finally:
@@ -160,6 +175,24 @@ def rounds_table(result: EvolutionReport) -> Table:
         table.add_row(str(row.round), row.outcome, str(row.variants), ", ".join(row.shipped) or "–",
                       "–" if row.pass_at_k is None else f"{row.pass_at_k:.2f}", f"{row.rollouts:,}",
                       "–" if row.seconds is None else f"{row.seconds:.1f}")
+    return table
+
+
+def learner_table(result: EvolutionReport) -> Table:
+    """One row per learner pass: the policy it produced and how the GRPO step went."""
+    table = Table(title="learner (GRPO over the replay buffer)", header_style="bold")
+    for name in ("through", "policy", "samples", "groups", "skipped", "loss", "KL", "clip", "entropy", "|g|", "s"):
+        table.add_column(name, justify="left" if name in ("policy", "skipped") else "right")
+    for u in result.learner:
+        if isinstance(u, PolicyUpdated):
+            table.add_row(str(u.through_round), u.version[:12], f"{u.samples:,}",
+                          f"{u.groups_used}/{u.groups_used + u.groups_skipped}",
+                          ", ".join(f"{k} {v:,}" for k, v in sorted(u.skipped.items())) or "–", f"{u.loss:.4f}",
+                          f"{u.kl:.4f}", f"{u.clip_fraction:.2f}", f"{u.entropy:.2f}", f"{u.grad_norm:.2f}",
+                          f"{u.seconds:.1f}")
+        else:
+            table.add_row(str(u.through_round), f"(kept) {u.reason}", "0", f"0/{u.groups_skipped}",
+                          ", ".join(f"{k} {v:,}" for k, v in sorted(u.skipped.items())) or "–", *["–"] * 6)
     return table
 
 

@@ -19,10 +19,12 @@ import nats.errors
 
 from hx.cli._app import EXIT_TERMINATED, App, Terminated
 from hx.cli.approve import approve_command
+from hx.cli.coevolve import coevolve_command
 from hx.cli.demo import demo
 from hx.cli.evolve import evolve_command
 from hx.cli.export import export_command
 from hx.cli.integrity import accept_loss, verify
+from hx.cli.learn import learn_command
 from hx.cli.log import log_group
 from hx.cli.projections import projections_group
 from hx.cli.run import run_command
@@ -93,6 +95,8 @@ cli.add_command(projections_group)
 cli.add_command(demo)
 cli.add_command(run_command)
 cli.add_command(evolve_command)
+cli.add_command(coevolve_command)
+cli.add_command(learn_command)
 cli.add_command(approve_command)
 cli.add_command(export_command)
 

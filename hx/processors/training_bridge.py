@@ -33,15 +33,11 @@ from typing import Any, Literal
 
 import msgspec
 
+from projections.trajectories import Partial, RewardField, absorb, on_policy, reward_of
 from schemas.envelope import Record
 from schemas.history import resolve
-from schemas.hooks import AfterModel, HookRecord
-from schemas.lifecycle import SCORED_STATUSES, AttemptFinished, AttemptStarted
+from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.messages import Message, TokenLogprob, ToolSchema
-from schemas.model import ModelRequest, ModelResponse
-from schemas.tools import VerifierScore
-
-RewardField = Literal["score", "reward", "passed"]
 
 
 class RLRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -81,26 +77,6 @@ class RLRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Built from the log (complete) or from hook events (``rl_records``: no log-probabilities)."""
 
 
-class _Attempt:
-    """What the bridge gathers about one attempt while walking its records."""
-
-    def __init__(self) -> None:
-        self.started: AttemptStarted | None = None
-        self.finished: AttemptFinished | None = None
-        self.score: VerifierScore | None = None
-        self.requests: dict[tuple[int, int], ModelRequest] = {}
-        self.turns: list[tuple[ModelRequest | None, ModelResponse]] = []
-        self.after_model: dict[int, list[AfterModel]] = defaultdict(list)
-
-
-def _reward(score: VerifierScore | None, field: RewardField) -> float:
-    if score is None:
-        return 0.0
-    if field == "passed":
-        return 1.0 if score.passed else 0.0
-    return float(score.reward if field == "reward" else score.score)
-
-
 def attempt_to_rl_records(records: Iterable[Record], *, reward: RewardField = "score",
                           roles: tuple[str, ...] = ("main",), complete_only: bool = True) -> list[RLRecord]:
     """The RL records of every attempt among ``records`` (one per model turn), in log order.
@@ -110,41 +86,34 @@ def attempt_to_rl_records(records: Iterable[Record], *, reward: RewardField = "s
     gives nothing. ``roles`` are the model roles whose turns are samples: ``main``, plus
     any role a D1 router sends turns to when the trained policy serves it.
     """
-    attempts: dict[str, _Attempt] = {}
+    attempts: dict[str, Partial] = {}
+    finished: dict[str, AttemptFinished] = {}
     for rec in resolve(records):  # prompts are logged as deltas of the conversation
-        a = attempts.setdefault(rec.subject, _Attempt())
         ev = rec.event
         if isinstance(ev, AttemptStarted):
-            attempts[rec.subject] = a = _Attempt()  # a re-run on the same subject starts over
-            a.started = ev
-        elif isinstance(ev, ModelRequest) and ev.role in roles:
-            a.requests[(ev.step, ev.try_index)] = ev
-        elif isinstance(ev, ModelResponse) and ev.role in roles:
-            a.turns.append((a.requests.get((ev.step, ev.try_index)), ev))
-        elif isinstance(ev, HookRecord) and ev.stage == "returned" and isinstance(ev.event, AfterModel):
-            a.after_model[ev.step].append(ev.event)
-        elif isinstance(ev, VerifierScore):
-            a.score = ev
-        elif isinstance(ev, AttemptFinished):
-            a.finished = ev
+            attempts[rec.subject] = Partial(started=ev)  # a re-run on the same subject starts over
+            finished.pop(rec.subject, None)
+        elif rec.subject in attempts:
+            if isinstance(ev, AttemptFinished):
+                finished[rec.subject] = ev
+            else:
+                absorb(attempts[rec.subject], ev, roles)  # the replay buffer's extraction, on resolved records
     out: list[RLRecord] = []
-    for a in attempts.values():
-        if a.started is None or (complete_only and a.finished is None):
+    for subject, a in attempts.items():
+        fin = finished.get(subject)
+        if complete_only and fin is None:
             continue
-        out += _records(a, reward)
+        out += _records(a, fin, reward)
     return out
 
 
-def _records(a: _Attempt, reward_field: RewardField) -> list[RLRecord]:
-    assert a.started is not None
-    st, fin = a.started, a.finished
+def _records(a: Partial, fin: AttemptFinished | None, reward_field: RewardField) -> list[RLRecord]:
+    st = a.started
     passed = fin.passed if fin is not None else False
-    value = _reward(a.score, reward_field) if fin is None or fin.status in SCORED_STATUSES else 0.0
+    value = reward_of(a.score, fin, reward_field)
     out = []
-    for turn, (req, resp) in enumerate(a.turns):
-        returned = a.after_model.get(resp.step, [])
-        on_policy = (len(returned) == 1 and returned[0].content == resp.content
-                     and returned[0].tool_calls == resp.tool_calls)
+    for turn, t in enumerate(a.turns):
+        req, resp = t.request, t.response
         out.append(RLRecord(
             group=st.task_id, run_id=st.run_id, round=st.round, task_id=st.task_id, attempt=st.attempt,
             harness_digest=st.harness_digest, turn=turn, step=resp.step, model=resp.model,
@@ -152,7 +121,7 @@ def _records(a: _Attempt, reward_field: RewardField) -> list[RLRecord]:
             prompt=req.messages if req is not None else (), tools=req.tools if req is not None else (),
             params=dict(req.params) if req is not None else {},
             completion=Message(role="assistant", content=resp.content, tool_calls=resp.tool_calls),
-            logprobs=resp.logprobs, on_policy=on_policy, reward=value, passed=passed,
+            logprobs=resp.logprobs, on_policy=on_policy(a, resp), reward=value, passed=passed,
             status=fin.status if fin is not None else "completed"))
     return out
 

@@ -85,3 +85,13 @@ class Evolver(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional: only evolvers holding connections need it
         """Release what the evolver holds."""
+
+
+class FrozenEvolver(Evolver):
+    """Proposes nothing: the harness stays as it is (co-evolution's ``model`` mode)."""
+
+    name = "frozen"
+
+    async def propose(self, context: Context, k: int) -> list[Proposal]:
+        """No candidate, ever."""
+        return []

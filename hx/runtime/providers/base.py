@@ -118,6 +118,7 @@ BUILTIN_PROVIDERS: dict[str, str] = {
     "replay": "hx.runtime.providers.replay",
     "random": "hx.runtime.providers.random",
     "script": "hx.runtime.providers.script",
+    "policy": "hx.learner.provider",
 }
 """Scheme to module for the providers hx ships; a module registers its class when imported."""
 

@@ -1,0 +1,52 @@
+"""``hx coevolve``: evolve the harness (AEGIS) and train the policy (GRPO) on one log, round by round.
+
+It is ``hx evolve`` with a learner: the same options, ledger, held-out split and report,
+plus the mode, a rollout budget and the learner's settings. The task agent is the
+trainable ``policy:`` model, at the learner's current version each round.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(coevolve_command, ["--help"]).exit_code
+0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from hx.cli._app import App, pass_app
+from hx.cli.evolve import evolve_command, evolve_main
+from hx.cli.learn import learner_options, learner_settings
+
+MODES = ("harness", "model", "both")
+_NOT_HERE = {"model"}  # the task agent is the trained policy
+
+
+@click.command("coevolve")
+@click.option("--mode", type=click.Choice(MODES), default="both", show_default=True,
+              help="harness: the policy stays frozen; model: the harness stays frozen; both: both evolve.")
+@click.option("--budget", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Attempts (main and gate rollouts) after which no round starts (0: --rounds decides).")
+@learner_options
+@pass_app
+def coevolve_command(app: App, /, mode: str, budget: int, **options: Any) -> None:
+    """Co-evolve harness and model: per round, rollouts with the current pair, then AEGIS and a GRPO update.
+
+    The held-out tasks are evaluated before the first round and after the last with the
+    harness and policy of that moment. Runs anywhere: scorer policy, offline evolver,
+    embedded nats-server, no API key.
+    """
+    from hx.aegis.coevolution import CoevolveSettings
+
+    learner = learner_settings(options)
+    if mode == "model":
+        options["evolver"] = "frozen"
+        options["patience"] = options["rounds"]  # a frozen harness never ships: patience must not end the run
+    settings = CoevolveSettings(mode=mode, budget=budget, learner=learner)  # type: ignore[arg-type]
+    evolve_main(app, model=f"policy:{learner.kind}", coevolve=settings, **options)
+
+
+for _param in evolve_command.params:
+    if _param.name not in _NOT_HERE:
+        coevolve_command.params.append(_param)

@@ -1,0 +1,130 @@
+"""``hx learn RUN``: train the run's policy from its trace with GRPO, one pass per finished round.
+
+The learner follows the run: it trains on what has finished, then waits for the next
+``round.finished`` until the run ends (``--once``: train on what is there and stop). Its
+records go to ``HX_LEARN`` and its checkpoints to the object store; restarted, it goes on
+from its last record. The JAX modules load only when the command runs.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(learn_command, ["--help"]).exit_code
+0
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import msgspec
+
+from hx.cli._app import App, pass_app, run, run_id_option, stderr_console
+from schemas.errors import HxError
+from schemas.learn import PolicyUpdated, UpdateSkipped
+from schemas.lifecycle import RoundFinished, RunFinished
+from streams.topology import NO_TOKEN, TRACE, subject_token, trace_subject
+
+F = TypeVar("F", bound=Callable[..., Any])
+KINDS = ("scorer", "lm")
+
+
+def learner_options(fn: F) -> F:
+    """The options that configure a learner, shared by ``hx learn`` and ``hx coevolve``."""
+    options = [
+        click.option("--learner", "learner_name", default="default", show_default=True,
+                     help="Learner name (several learners may train on one run)."),
+        click.option("--kind", type=click.Choice(KINDS), default="scorer", show_default=True,
+                     help="Policy kind of a fresh policy: a choice scorer, or a small causal LM."),
+        click.option("--init", "init_version", default="", metavar="VERSION",
+                     help="Start from this stored checkpoint instead of a fresh policy."),
+        click.option("--window", type=click.IntRange(min=1), default=4, show_default=True,
+                     help="Trace rounds the replay buffer holds (FIFO)."),
+        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
+                     help="AdamW learning rate."),
+        click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True,
+                     help="Passes over the buffer per update."),
+        click.option("--minibatch", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="Samples per optimiser step."),
+        click.option("--clip-eps", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True),
+        click.option("--kl-beta", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                     help="Weight of the k3 KL to the first policy (0: off)."),
+        click.option("--entropy-coef", type=click.FloatRange(min=0), default=0.0, show_default=True),
+        click.option("--learner-seed", type=int, default=0, show_default=True,
+                     help="Seed of the fresh policy and of the minibatch order."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def learner_settings(options: dict[str, Any]) -> Any:
+    """``LearnerSettings`` from the learner options (popped from ``options``)."""
+    from hx.learner.grpo import GRPOConfig
+    from hx.learner.trainer import LearnerSettings
+
+    grpo = GRPOConfig(learning_rate=options.pop("lr"), epochs=options.pop("epochs"),
+                      minibatch=options.pop("minibatch"), clip_eps=options.pop("clip_eps"),
+                      kl_beta=options.pop("kl_beta"), entropy_coef=options.pop("entropy_coef"),
+                      seed=options["learner_seed"])
+    return LearnerSettings(learner=options.pop("learner_name"), kind=options.pop("kind"),
+                           init=options.pop("init_version"), init_seed=options.pop("learner_seed"),
+                           window=options.pop("window"), grpo=grpo)
+
+
+def describe(record: PolicyUpdated | UpdateSkipped) -> str:
+    """One line about a learner record."""
+    if isinstance(record, PolicyUpdated):
+        skipped = ", ".join(f"{k} {v:,}" for k, v in sorted(record.skipped.items()))
+        return (f"through round {record.through_round}: policy {record.version[:12]} · {record.samples:,} samples · "
+                f"groups {record.groups_used} used, {record.groups_skipped} without spread · loss {record.loss:.4f} "
+                f"· KL {record.kl:.4f} · clip {record.clip_fraction:.2f} · entropy {record.entropy:.2f} · "
+                f"|g| {record.grad_norm:.2f} · {record.seconds:.1f}s on {record.device}"
+                + (f" · skipped {skipped}" if skipped else ""))
+    return f"through round {record.through_round}: policy kept ({record.reason})"
+
+
+@click.command("learn")
+@click.argument("run_id", metavar="RUN", callback=run_id_option)
+@learner_options
+@click.option("--once", is_flag=True, help="Train on the rounds finished now and stop (default: follow the run).")
+@click.option("--json", "as_json", is_flag=True, help="Print each learner record as a JSON line on stdout.")
+@pass_app
+def learn_command(app: App, /, run_id: str, once: bool, as_json: bool, **options: Any) -> None:
+    """Train RUN's policy with cross-harness GRPO from its trace, after each round, until the run ends."""
+    settings = learner_settings(options)
+    run(_learn(app, run_id, settings, once=once, as_json=as_json))
+
+
+async def _learn(app: App, run_id: str, settings: Any, *, once: bool, as_json: bool) -> None:
+    from hx.learner.trainer import Learner
+
+    console = stderr_console()
+
+    def show(record: PolicyUpdated | UpdateSkipped | None) -> None:
+        if record is None:
+            return
+        if as_json:
+            click.echo(json.dumps(msgspec.to_builtins(record)))
+        else:
+            console.print(describe(record), highlight=False)
+
+    async with app.connect() as conn:
+        if not await conn.log.last_subject_seq(trace_subject(run_id)):
+            if once:
+                raise HxError(f"run {run_id!r} is not on this log (no run.started): nothing to learn from")
+            console.print(f"run {run_id} has not started: waiting for it", highlight=False)
+        learner = Learner(conn.log, run_id, settings)
+        position = await learner.open()
+        console.print(f"learner {settings.learner} of {run_id}: policy {position.version[:12]}, trained through round "
+                      f"{position.through_round}", highlight=False)
+        show(await learner.update())
+        if once:
+            return
+        run_tok = subject_token(run_id)
+        lifecycle = [f"hx.trace.{run_tok}.*.{NO_TOKEN}.{NO_TOKEN}"]
+        async for rec in conn.log.subscribe(TRACE.name, subjects=lifecycle,
+                                            types=(RoundFinished.TYPE, RunFinished.TYPE)):
+            show(await learner.update())
+            if isinstance(rec.event, RunFinished):
+                break

@@ -1,0 +1,307 @@
+"""The learner: a consumer of a run's trace that trains the policy with GRPO after each round.
+
+It never rolls out. It folds the run's trace into the replay-buffer projection, and when
+rounds have finished since its last update it takes one training pass over the buffer:
+trajectories grouped by task across harness and model versions, group-relative
+advantages, clipped steps against the behaviour log-probabilities logged when the
+samples were produced. The new policy goes to the object store and a ``PolicyUpdated``
+record to ``HX_LEARN``; a pass with nothing to learn from is an ``UpdateSkipped``.
+
+Its position is its last record: the round it trained through, the trace position of that
+round's end and the policy it produced. Killed and restarted, it rebuilds the buffer as of
+that position and goes on from there, so no round is trained on twice; a pass cut off
+before its record is redone from the same parent, buffer and seed, and gives the same
+policy (the record's message id deduplicates a retried append).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import msgspec
+import numpy as np
+
+from hx.learner import checkpoint
+from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss, group_advantages
+from hx.learner.policy import Batch, Policy, Sample, Unservable, bucket
+from hx.learner.provider import remember
+from projections.buffer_snapshot import BufferState
+from projections.replay_buffer import ReplayBuffer, groups
+from projections.runner import ProjectionRunner
+from projections.trajectories import Trajectory
+from schemas.learn import PolicyInitialised, PolicyUpdated, UpdateSkipped
+from streams.log import EventLog
+from streams.topology import LEARN, subject_token
+
+TurnKey = tuple[int, str, int, int, str]
+"""A sample's place: (trace round, task, attempt, step, role)."""
+_UNSERVABLE = object()
+
+
+class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a learner trains and how: recorded on its ``PolicyInitialised``."""
+
+    learner: str = "default"
+    kind: str = "scorer"
+    config: dict[str, int] = {}
+    """The policy kind's settings (sizes)."""
+    init: str = ""
+    """Start from this stored checkpoint version instead of a fresh policy."""
+    init_seed: int = 0
+    window: int = 4
+    """Trace rounds the replay buffer holds."""
+    per_trajectory: bool = True
+    """Weigh every trajectory the same in a pass, however many turns it has (else every turn the same)."""
+    off_policy_turns: bool = False
+    """Train on turns an after_model processor changed (their log-probs then describe another completion)."""
+    grpo: GRPOConfig = GRPOConfig()
+
+
+def learn_subject(run_id: str, learner: str) -> str:
+    """Where a learner of a run writes."""
+    return f"{LEARN.subjects[0].rstrip('>')}{subject_token(run_id)}.{subject_token(learner)}"
+
+
+@dataclass
+class Position:
+    """Where a learner stands: its starting policy, its current policy, the round it trained through."""
+
+    initial: str = ""
+    version: str = ""
+    through_round: int = -1
+    seq: int = 0
+    """Trace sequence of the last record folded into the update."""
+    updates: list[PolicyUpdated | UpdateSkipped] = field(default_factory=list)
+
+
+class Learner:
+    """Trains one run's policy from its trace; ``catch_up`` and ``update`` are the whole cycle."""
+
+    def __init__(self, log: EventLog, run_id: str, settings: LearnerSettings | None = None) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.settings = settings or LearnerSettings()
+        self.subject = learn_subject(run_id, self.settings.learner)
+        self.buffer = ProjectionRunner(log, ReplayBuffer(run_id, window=self.settings.window), checkpoint_every=10**12)
+        self.position = Position()
+        self.policy: Policy | None = None
+        self.reference: Policy | None = None
+        self.trainer: GRPOTrainer | None = None
+        self._behaviour: dict[str, Policy] = {}
+        self._rows: dict[TurnKey, Any] = {}
+        """Rows of the window's samples (or ``_UNSERVABLE``), kept across passes."""
+
+    # --- position -----------------------------------------------------------------------------
+
+    async def open(self) -> Position:
+        """Read this learner's records, create its first policy if it has none, rebuild the buffer to its position."""
+        pos = Position()
+        async for rec in self.log.read(LEARN.name, subjects=[self.subject]):
+            ev = rec.event
+            if isinstance(ev, PolicyInitialised):
+                pos.initial = pos.version = ev.version
+            elif isinstance(ev, PolicyUpdated | UpdateSkipped):
+                pos.updates.append(ev)
+                pos.through_round = ev.through_round
+                pos.seq = ev.trace_seq
+                if isinstance(ev, PolicyUpdated):
+                    pos.version = ev.version
+        if not pos.initial:
+            pos.initial = pos.version = await self._initialise()
+        self.position = pos
+        self.policy = await checkpoint.fetch(self.log, pos.version)
+        if self.settings.grpo.kl_beta > 0:
+            self.reference = await checkpoint.fetch(self.log, pos.initial)
+        self.trainer = GRPOTrainer(self.policy.model, self.settings.grpo)
+        await self.buffer.load()
+        if self.buffer.position[0] != pos.seq:  # the buffer's checkpoint is not this learner's: fold to its position
+            await self.buffer.reset()
+            if pos.seq:
+                await self.buffer.catch_up(stop=pos.seq)
+        return pos
+
+    async def _initialise(self) -> str:
+        s = self.settings
+        if s.init:
+            policy = await checkpoint.fetch(self.log, s.init)
+        else:
+            policy = checkpoint.create(s.kind, s.config, seed=s.init_seed)
+        ver, _ = await checkpoint.store(self.log, policy)
+        await self.log.append(self.subject, PolicyInitialised(
+            run_id=self.run_id, learner=s.learner, version=ver, kind=policy.kind,
+            config=msgspec.to_builtins(s)), key=f"{self.subject}#init")
+        return ver
+
+    # --- one cycle ----------------------------------------------------------------------------
+
+    async def catch_up(self) -> int:
+        """Fold the trace into the buffer up to its current end; the last round finished in the buffer."""
+        await self.buffer.catch_up()
+        state = self.buffer.state
+        return max(state.rounds, default=-1)
+
+    async def update(self, progress: Callable[[str], None] | None = None) -> PolicyUpdated | UpdateSkipped | None:
+        """Train once over the buffer if rounds finished since the last update; its record (None: nothing new)."""
+        assert self.policy is not None and self.trainer is not None, "open() first"
+        last = await self.catch_up()
+        if last <= self.position.through_round:
+            return None
+        began = time.perf_counter()
+        state: BufferState = self.buffer.state
+        samples, skipped, used, dropped = await self.samples(state)
+        batches = self._batches(samples, skipped, last)
+        parent, seq = self.position.version, self.buffer.position[0]
+        common: dict[str, Any] = {"run_id": self.run_id, "learner": self.settings.learner, "through_round": last,
+                                  "trace_seq": seq, "rounds": tuple(state.rounds), "parent": parent}
+        record: PolicyUpdated | UpdateSkipped
+        if not batches:
+            record = UpdateSkipped(**common, reason="no_usable_group", groups_skipped=dropped, skipped=dict(skipped))
+        else:
+            try:
+                self.trainer.reset_optimizer()  # a pass depends on its parent and samples only: restarts are exact
+                metrics = self.trainer.train(batches)
+            except NonFiniteLoss as exc:
+                await self._restore(parent)
+                record = UpdateSkipped(**common, reason="non_finite", groups_skipped=dropped,
+                                       skipped={**skipped, "non_finite": len(samples)})
+                if progress:
+                    progress(f"update skipped: {exc}")
+            else:
+                version, size = await checkpoint.store(self.log, self.policy)
+                record = PolicyUpdated(**common, version=version, kind=self.policy.kind, steps=metrics.steps,
+                                       samples=len(samples) - skipped["unservable"] - skipped["unit_mismatch"],
+                                       groups_used=used, groups_skipped=dropped,
+                                       skipped=dict(skipped), loss=metrics.loss, kl=metrics.kl,
+                                       clip_fraction=metrics.clip_fraction, entropy=metrics.entropy,
+                                       grad_norm=metrics.grad_norm, bytes=size,
+                                       seconds=time.perf_counter() - began, device=jax.default_backend())
+        await self.log.append(self.subject, record, key=f"{self.subject}#{last}")
+        await self.buffer.checkpoint()
+        self.position.through_round, self.position.seq = last, seq
+        self.position.updates.append(record)
+        if isinstance(record, PolicyUpdated):
+            self.position.version = record.version
+            remember(record.version, checkpoint.from_files(checkpoint.files_of(self.policy), "learner"),
+                     record.version)
+        return record
+
+    async def _restore(self, version: str) -> None:
+        self.policy = await checkpoint.fetch(self.log, version)
+        self.trainer = GRPOTrainer(self.policy.model, self.settings.grpo)
+
+    # --- samples --------------------------------------------------------------------------------
+
+    async def samples(self, state: BufferState) -> tuple[list[tuple[TurnKey, Sample]], Counter[str], int, int]:
+        """The buffer's training samples (keyed by turn) with their advantages; skips, groups used, groups dropped."""
+        skipped: Counter[str] = Counter()
+        by_group = groups(state)
+        rewards = {task: [t.reward for t in trajs] for task, trajs in by_group.items()}
+        advantages = group_advantages(rewards, self.settings.grpo.adv_eps)
+        used = [traj for task, trajs in by_group.items() if task in advantages for traj in trajs]
+        mean_turns = sum(len(t.turns) for t in used) / max(len(used), 1)
+        out: list[tuple[TurnKey, Sample]] = []
+        for task, trajs in sorted(by_group.items()):
+            if task not in advantages:
+                continue
+            for traj, adv in zip(trajs, advantages[task], strict=True):
+                # Every turn is a sample, so a trajectory would weigh as many turns as it has: a failed
+                # attempt that ran to its step limit would outweigh a short success. Scaled by
+                # mean/own length, each trajectory weighs the same (the clipped loss is linear in A).
+                weight = mean_turns / len(traj.turns) if self.settings.per_trajectory and traj.turns else 1.0
+                out += await self._turns(traj, adv * weight, skipped)
+        return out, skipped, len(advantages), len(by_group) - len(advantages)
+
+    async def _turns(self, traj: Trajectory, advantage: float, skipped: Counter[str]) -> list[tuple[TurnKey, Sample]]:
+        out: list[tuple[TurnKey, Sample]] = []
+        for turn in traj.turns:
+            if turn.on_policy is False and not self.settings.off_policy_turns:
+                skipped["off_policy"] += 1
+                continue
+            sample = Sample(messages=turn.messages, tools=turn.tools, completion=turn.completion,
+                            logprobs=tuple(turn.logprobs), advantage=advantage)
+            if not sample.logprobs:
+                rescored = await self._rescore(turn.model_version, sample)
+                if rescored is None:
+                    skipped["no_logprobs"] += 1
+                    continue
+                sample = rescored
+            out.append(((traj.round, traj.task_id, traj.attempt, turn.step, turn.role), sample))
+        return out
+
+    async def _rescore(self, version: str, sample: Sample) -> Sample | None:
+        """The sample with log-probs recomputed under its generating checkpoint, when that is a stored policy."""
+        if version not in self._behaviour:
+            if not (len(version) == 64 and await checkpoint.stored(self.log, version)):
+                return None
+            self._behaviour[version] = await checkpoint.fetch(self.log, version)
+        try:
+            (logprobs,) = self._behaviour[version].score([sample])
+        except Unservable:
+            return None
+        return msgspec.structs.replace(sample, logprobs=logprobs)
+
+    def _batches(self, samples: Sequence[tuple[TurnKey, Sample]], skipped: Counter[str], through: int) -> list[Batch]:
+        """``epochs`` passes of encoded minibatches (behaviour, reference and advantage arrays added).
+
+        Each sample's row is made once while its trajectory stays in the window. The samples are
+        shuffled once into minibatches, and each pass visits them in a fresh order; all seeded by
+        (seed, round), so a redone pass is identical.
+        """
+        assert self.policy is not None
+        cfg = self.settings.grpo
+        rows: list[tuple[Any, Sample]] = []
+        kept: dict[TurnKey, Any] = {}
+        for key, sample in samples:
+            row = self._rows.get(key)
+            if row is None:
+                try:
+                    row = self.policy.row(sample)
+                except Unservable:
+                    row = _UNSERVABLE
+            kept[key] = row
+            if row is _UNSERVABLE:
+                skipped["unservable"] += 1
+            else:
+                rows.append((row, sample))
+        self._rows = kept  # rows of trajectories that left the window go
+        rng = np.random.default_rng([cfg.seed, through])
+        order = rng.permutation(len(rows))
+        encoded = []
+        for start in range(0, len(rows), cfg.minibatch):
+            batch = self._collate([rows[i] for i in order[start:start + cfg.minibatch]], skipped)
+            if batch is not None:
+                encoded.append(batch)
+        return [encoded[i] for _ in range(cfg.epochs) for i in rng.permutation(len(encoded))]
+
+    def _collate(self, chunk: list[tuple[Any, Sample]], skipped: Counter[str]) -> Batch | None:
+        assert self.policy is not None
+        batch = _padded(self.policy.collate([row for row, _ in chunk]), bucket(self.settings.grpo.minibatch))
+        mask = batch["mask"]
+        old = np.zeros_like(mask)
+        adv = np.zeros(mask.shape[0], np.float32)
+        for i, (_, s) in enumerate(chunk):
+            n = int(mask[i].sum())
+            if len(s.logprobs) != n:
+                mask[i] = 0.0  # the logged units are not this kind's units: leave the sample out
+                skipped["unit_mismatch"] += 1
+                continue
+            old[i, :n] = s.logprobs
+            adv[i] = s.advantage
+        if not mask.any():
+            return None
+        batch["old_lp"], batch["adv"] = old, adv
+        batch["ref_lp"] = self.reference.units(batch)[0] if self.reference is not None else np.zeros_like(mask)
+        return batch
+
+
+def _padded(batch: Batch, rows: int) -> Batch:
+    """``batch`` with rows of zeros (no units) up to ``rows``: a pass's last, short minibatch keeps the step's shape."""
+    have = batch["mask"].shape[0]
+    if have >= rows:
+        return batch
+    return {k: np.concatenate([v, np.zeros((rows - have, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}

@@ -1,0 +1,79 @@
+"""The learner's records on ``HX_LEARN``: the starting policy, every update, every skipped update.
+
+A learner of a run writes to ``hx.learn.<run>.<learner>``. Each update names the trace
+round it trained through: the learner resumes after the last one it finds, so a round is
+never trained on twice, and the policy version it produced is a checkpoint in the object
+store (``policy/<version>/...``). Figures are means over the round's optimiser steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.event import Event
+
+
+class PolicyInitialised(Event, frozen=True, kw_only=True):
+    """A learner began from this policy: its first behaviour policy and its KL reference."""
+
+    TYPE = "learn.policy_initialised"
+
+    run_id: str
+    learner: str = "default"
+    version: str
+    """Checkpoint version (sha256 of its files) in the object store."""
+    kind: str
+    config: dict[str, Any] = {}
+    """The learner's settings (GRPO configuration, window), no secrets."""
+
+
+class LearnerPass(Event, frozen=True, kw_only=True):
+    """Base of a learner pass's record: which run, learner and rounds, and the policy it started from."""
+
+    run_id: str
+    learner: str = "default"
+    through_round: int
+    """The last trace round of the run this pass has seen."""
+    trace_seq: int = 0
+    """The ``HX_TRACE`` sequence the buffer was folded to: where a restarted learner resumes."""
+    rounds: tuple[int, ...] = ()
+    """The trace rounds in the buffer's window at this pass."""
+    parent: str
+    """The policy version trained from."""
+    groups_skipped: int = 0
+    """Groups dropped because every trajectory had the same reward."""
+    skipped: dict[str, int] = {}
+    """Samples left out, by reason (``no_logprobs``, ``off_policy``, ``unservable``, ``unit_mismatch``)."""
+
+
+class PolicyUpdated(LearnerPass, frozen=True, kw_only=True):
+    """One training pass over the replay buffer after a round: the new policy and how the step went."""
+
+    TYPE = "learn.policy_updated"
+
+    version: str
+    """The policy version produced."""
+    kind: str = ""
+    steps: int = 0
+    samples: int = 0
+    """Training samples (model turns) used."""
+    groups_used: int = 0
+    loss: float = 0.0
+    kl: float = 0.0
+    clip_fraction: float = 0.0
+    entropy: float = 0.0
+    grad_norm: float = 0.0
+    bytes: int = 0
+    """Size of the checkpoint."""
+    seconds: float = 0.0
+    device: str = ""
+    """Where it trained (``cpu``, ``gpu``, ``tpu``)."""
+
+
+class UpdateSkipped(LearnerPass, frozen=True, kw_only=True):
+    """A round gave nothing to train on, or training failed safely: the policy stays as it was."""
+
+    TYPE = "learn.update_skipped"
+
+    reason: str
+    """``no_usable_group`` (every group had one reward, or no sample could be scored) or ``non_finite``."""

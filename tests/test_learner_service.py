@@ -1,0 +1,390 @@
+"""The learner as a service on a real log: its records on HX_LEARN, restarts, determinism, held-out rounds,
+``hx learn`` (in-process, and as a process killed with SIGKILL and restarted) and ``hx coevolve``.
+
+The runs are toy corridor rounds (``tests/toybench.py``) played by ``random:`` (uniform, with per-choice
+log-probabilities in the scorer's factorisation: off-policy data) or by the policy itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+import pytest
+import toyworld  # noqa: F401 - registers the toyworld benchmark with the in-process command
+from hx_cli import error_line, hx, ok
+from learner_kit import expected_pass, learn_records, model_turns
+from toybench import ToyBench, ids
+
+from hx.bench.rollout import Rollout, RolloutSettings, SplitRole
+from hx.harness.config import HarnessConfig
+from hx.learner import checkpoint
+from hx.learner.grpo import GRPOConfig
+from hx.learner.provider import PolicyProvider
+from hx.learner.trainer import Learner, LearnerSettings, learn_subject
+from hx.runtime.models import ModelConfig
+from projections.replay_buffer import trajectories
+from schemas.learn import PolicyInitialised, PolicyUpdated, UpdateSkipped
+from streams.config import NatsSettings
+from streams.connection import connect
+from streams.log import EventLog
+from streams.topology import BLOB_STORE, LEARN
+
+T = TypeVar("T")
+RUN = "learn-toy"
+SETTINGS = RolloutSettings(attempts=4, concurrency=2, max_steps=6, seed=3)
+TASKS = ids("easy", 2) + ids("walk", 1)
+HELDOUT = ids("easy", 2, "test")
+SMALL = LearnerSettings(config={"dim": 16, "hidden": 32, "vocab": 512}, window=1,
+                        grpo=GRPOConfig(learning_rate=3e-3, minibatch=256, epochs=2))
+"""A small scorer and one minibatch a pass: each learner instance compiles its training step once or twice."""
+WIDE = msgspec.structs.replace(SMALL, window=4)
+DEADLINE_S = 120.0
+
+
+@pytest.fixture
+async def log(nats_url: str) -> AsyncIterator[EventLog]:
+    """The event log on the test's own nats-server."""
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        yield conn.log
+
+
+async def play(log: EventLog, number: int, tasks: list[str] = TASKS, *, spec: str = "random:",
+               role: SplitRole = "adaptation", settings: RolloutSettings = SETTINGS, run_id: str = RUN) -> None:
+    """Play round ``number`` of the run (claiming the run first when it is round 0)."""
+    rollout = Rollout(ToyBench(), ModelConfig(main=spec), HarnessConfig(), log=log, settings=settings)
+    if number == 0:
+        await rollout.start(run_id)
+    await rollout.run_round(run_id, number, tasks, role=role)
+
+
+def on_log(url: str, work: Callable[[EventLog], Awaitable[T]]) -> T:
+    """Run ``work`` on the log from a synchronous test (the in-process CLI runs its own event loop)."""
+    async def main() -> T:
+        async with connect(NatsSettings(url=url)) as conn:
+            return await work(conn.log)
+    return asyncio.run(main())
+
+
+def updates(records: list[Any]) -> list[PolicyUpdated | UpdateSkipped]:
+    """The update records (trained or skipped) among a learner's records."""
+    return [r for r in records if isinstance(r, PolicyUpdated | UpdateSkipped)]
+
+
+def as_json(record: Any) -> Any:
+    """A record as a JSON report shows it."""
+    return json.loads(msgspec.json.encode(record))
+
+
+# --- open, update, nothing twice ---------------------------------------------------------------------------
+
+
+async def test_open_writes_the_first_policy_once_and_a_second_open_reads_it_back(log: EventLog) -> None:
+    learner = Learner(log, RUN)
+    pos = await learner.open()
+    fresh = checkpoint.version(checkpoint.create("scorer"))
+    assert (pos.initial, pos.version, pos.through_round, pos.updates) == (fresh, fresh, -1, [])
+    [init] = await learn_records(log, RUN)
+    assert isinstance(init, PolicyInitialised) and (init.run_id, init.learner, init.kind) == (RUN, "default", "scorer")
+    assert init.version == fresh and init.config["window"] == 4 and init.config["grpo"]["seed"] == 0
+    assert await checkpoint.stored(log, fresh)
+    assert await learner.update() is None  # no round has finished: nothing to train on, nothing written
+
+    again = await Learner(log, RUN).open()
+    assert (again.initial, again.version, again.through_round) == (fresh, fresh, -1)
+    other = await Learner(log, RUN, LearnerSettings(learner="seed1", init_seed=1)).open()
+    assert other.initial != fresh  # another learner of the run: its own subject and its own start
+    assert await learn_records(log, RUN) == [init]
+    assert [type(r) for r in await learn_records(log, RUN, "seed1")] == [PolicyInitialised]
+
+
+async def test_a_finished_round_is_one_update_and_nothing_is_trained_twice(log: EventLog) -> None:
+    await play(log, 0)
+    learner = Learner(log, RUN, SMALL)
+    initial = (await learner.open()).initial
+    first = await learner.update()
+    expected = await expected_pass(log, RUN, [0])
+    assert expected.groups_used >= 1 and expected.groups_skipped >= 1  # the round has both kinds of group
+    assert isinstance(first, PolicyUpdated)
+    assert (first.run_id, first.through_round, first.rounds, first.parent) == (RUN, 0, (0,), initial)
+    assert first.version != initial and first.kind == "scorer" and first.device == "cpu" and first.trace_seq > 0
+    assert (first.samples, first.groups_used, first.groups_skipped) == (
+        expected.samples, expected.groups_used, expected.groups_skipped)
+    assert first.steps == 2 and first.skipped == {}  # epochs x minibatches
+    assert all(math.isfinite(x) for x in (first.loss, first.entropy, first.grad_norm)) and first.bytes > 0
+    assert await learner.update() is None
+    assert updates(await learn_records(log, RUN)) == [first]
+    assert learner.position.version == first.version and learner.position.updates == [first]
+    fetched = await checkpoint.fetch(log, first.version)  # the new policy is in the object store
+    assert checkpoint.files_of(fetched) == checkpoint.files_of(learner.policy)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+async def test_a_restarted_learner_resumes_and_its_checkpoints_serve_the_next_round(log: EventLog) -> None:
+    await play(log, 0)
+    first = Learner(log, RUN, SMALL)
+    await first.open()
+    trained = await first.update()
+    assert isinstance(trained, PolicyUpdated)
+
+    restarted = Learner(log, RUN, SMALL)
+    pos = await restarted.open()
+    was = first.position
+    assert (pos.initial, pos.version, pos.through_round, pos.seq) == (was.initial, was.version, 0, was.seq)
+    assert pos.updates == [trained] and restarted.buffer.digest == first.buffer.digest
+    assert await restarted.update() is None  # round 0 is not trained on twice
+
+    # policy:<version> of the update plays the next round: its responses name it and carry its log-probs.
+    served = await checkpoint.fetch(log, trained.version)
+    await play(log, 1, spec=f"policy:{trained.version}")
+    turns = [t for t in await model_turns(log, RUN) if t.round == 1]
+    assert turns and {t.response.model_version for t in turns} == {trained.version}
+    for turn, lp in zip(turns, served.score([t.sample() for t in turns]), strict=True):
+        assert [x.logprob for x in turn.response.logprobs] == pytest.approx(lp, abs=1e-5)
+
+    resumed = await restarted.update()
+    expected = await expected_pass(log, RUN, [1])  # a window of one round
+    assert isinstance(resumed, PolicyUpdated)
+    assert (resumed.through_round, resumed.parent, resumed.rounds) == (1, trained.version, (1,))
+    assert (resumed.samples, resumed.groups_used) == (expected.samples, expected.groups_used)
+    assert updates(await learn_records(log, RUN)) == [trained, resumed]
+    assert await checkpoint.stored(log, resumed.version)
+
+
+@pytest.mark.slow
+async def test_learners_from_scratch_make_the_same_versions_restarted_or_not(log: EventLog) -> None:
+    a, b, c = (Learner(log, RUN, msgspec.structs.replace(SMALL, learner=name)) for name in "abc")
+    assert len({(await x.open()).initial for x in (a, b, c)}) == 1
+    made: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+    for number in range(2):
+        await play(log, number)
+        if number == 1:
+            c = Learner(log, RUN, msgspec.structs.replace(SMALL, learner="c"))  # c restarts between the rounds
+            await c.open()
+        for x in (a, b, c):
+            record = await x.update()
+            assert isinstance(record, PolicyUpdated)
+            made[x.settings.learner].append(record.version)
+    assert made["a"] == made["b"] == made["c"] and len(set(made["a"])) == 2
+    for name in "abc":
+        logged = updates(await learn_records(log, RUN, name))
+        assert [r.version for r in logged] == made[name]  # type: ignore[union-attr]
+        assert [r.parent for r in logged] == [a.position.initial, made[name][0]]
+
+
+async def test_a_round_where_every_task_has_one_reward_is_skipped(log: EventLog) -> None:
+    # The walk corridors need two actions at least: in one step nobody wins.
+    await play(log, 0, ids("walk", 2), settings=RolloutSettings(attempts=3, concurrency=2, max_steps=1, seed=3))
+    learner = Learner(log, RUN, SMALL)
+    initial = (await learner.open()).initial
+    skipped = await learner.update()
+    assert isinstance(skipped, UpdateSkipped)
+    assert (skipped.reason, skipped.through_round, skipped.parent, skipped.groups_skipped) == (
+        "no_usable_group", 0, initial, 2)
+    assert learner.position.version == initial and await learner.update() is None
+    await play(log, 1, ids("easy", 2))
+    assert (await expected_pass(log, RUN, [1])).groups_used >= 1
+    trained = await learner.update()
+    assert isinstance(trained, PolicyUpdated) and (trained.through_round, trained.parent) == (1, initial)
+    assert updates(await learn_records(log, RUN)) == [skipped, trained]
+
+
+async def test_heldout_rounds_are_never_trained_on(log: EventLog) -> None:
+    learner = Learner(log, RUN, WIDE)
+    await learner.open()
+    await play(log, 0, HELDOUT, role="heldout")
+    assert await learner.update() is None  # a held-out round finishing is nothing to train on
+    await play(log, 1)
+    await play(log, 2)
+    record = await learner.update()
+    expected = await expected_pass(log, RUN, [1, 2])
+    assert isinstance(record, PolicyUpdated) and (record.through_round, record.rounds) == (2, (1, 2))
+    assert (record.samples, record.groups_used, record.groups_used + record.groups_skipped) == (
+        expected.samples, expected.groups_used, len(TASKS))
+    assert not {t.task_id for t in trajectories(learner.buffer.state)} & set(HELDOUT)
+    assert updates(await learn_records(log, RUN)) == [record]
+
+
+async def test_the_provider_serves_the_learners_own_copy_of_a_new_policy(log: EventLog) -> None:
+    await play(log, 0)
+    learner = Learner(log, RUN, msgspec.structs.replace(SMALL, init_seed=11))  # a version no other test makes
+    await learner.open()
+    record = await learner.update()
+    assert isinstance(record, PolicyUpdated)
+    blobs = await log.js.object_store(BLOB_STORE)
+    await blobs.delete(f"policy/{record.version}")  # only the learner's in-process copy is left
+    policy, version = await PolicyProvider(record.version, log=log).policy()
+    assert version == record.version
+    assert checkpoint.files_of(policy) == checkpoint.files_of(learner.policy)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+async def test_a_pass_compiles_its_training_step_once(log: EventLog) -> None:
+    await play(log, 0)
+    n = (await expected_pass(log, RUN, [0])).samples
+    assert n > 2
+    learner = Learner(log, RUN, msgspec.structs.replace(SMALL, grpo=GRPOConfig(minibatch=n - 1, epochs=1)))
+    await learner.open()
+    record = await learner.update()
+    assert isinstance(record, PolicyUpdated) and (record.samples, record.steps) == (n, 2)
+    assert learner.trainer is not None and learner.trainer.compiles == 1
+
+
+# --- hx learn ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_hx_learn_once_trains_what_has_finished_and_prints_the_update(nats_url: str) -> None:
+    on_log(nats_url, lambda log: play(log, 0))
+    first = ok(hx("--nats-url", nats_url, "learn", RUN, "--once"))
+    said = re.sub(r"\s+", " ", first.stderr).strip()  # the console wraps long lines
+    opened = f"learner default of {RUN}: policy {checkpoint.version(checkpoint.create('scorer'))[:12]}, trained " \
+             "through round -1 "
+    assert said.startswith(opened) and said.count("through round 0: policy ") == 1
+    assert re.search(r"through round 0: policy [0-9a-f]{12} · \d+ samples · groups \d+ used, \d+ without spread · "
+                     r"loss [-0-9.]+ · KL 0.0000 .* on cpu$", said), said
+    again = ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--json"))
+    assert again.stdout == "" and re.sub(r"\s+", " ", again.stderr).strip().endswith("trained through round 0")
+
+    on_log(nats_url, lambda log: play(log, 1))
+    third = ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--json"))
+    [line] = third.stdout.splitlines()
+    printed = json.loads(line)
+    records = updates(on_log(nats_url, lambda log: learn_records(log, RUN)))
+    assert [r.through_round for r in records] == [0, 1] and all(isinstance(r, PolicyUpdated) for r in records)
+    assert printed == as_json(records[1]) and printed["parent"] == records[0].version  # type: ignore[union-attr]
+    assert f"through round 0: policy {records[0].version[:12]}" in said  # type: ignore[union-attr]
+
+
+def test_hx_learn_of_a_run_that_is_not_there_is_a_one_line_error_that_writes_nothing(nats_url: str) -> None:
+    assert error_line(hx("--nats-url", nats_url, "learn", "never-ran", "--once")) == (
+        "error: run 'never-ran' is not on this log (no run.started): nothing to learn from")
+    assert on_log(nats_url, lambda log: learn_records(log, "never-ran")) == []
+    bad = hx("--nats-url", nats_url, "learn", "../x", "--once")
+    assert bad.exit_code == 2 and "run id '../x' has characters '/'" in bad.output and "Traceback" not in bad.output
+
+
+def learner_process(url: str, data: Path, *args: str) -> Awaitable[asyncio.subprocess.Process]:
+    """``hx learn RUN *args`` as a process of its own, in a session of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HX_")}
+    return asyncio.create_subprocess_exec(sys.executable, "-m", "hx", "--nats-url", url, "--data-dir", str(data),
+                                          "learn", RUN, *args, env={**env},
+                                          stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                          start_new_session=True)
+
+
+async def first_update(log: EventLog, proc: asyncio.subprocess.Process) -> PolicyUpdated:
+    """The learner's first PolicyUpdated, read from HX_LEARN as it arrives; fails if the process dies first."""
+    async def seen() -> PolicyUpdated:
+        async for rec in log.subscribe(LEARN.name, subjects=[learn_subject(RUN, "default")],
+                                       types=(PolicyUpdated.TYPE,)):
+            assert isinstance(rec.event, PolicyUpdated)
+            return rec.event
+        raise AssertionError("the subscription ended")
+
+    watch, died = asyncio.create_task(seen()), asyncio.create_task(proc.wait())
+    done, _ = await asyncio.wait({watch, died}, timeout=DEADLINE_S, return_when=asyncio.FIRST_COMPLETED)
+    for task in (watch, died):
+        if task not in done:
+            task.cancel()
+    await asyncio.gather(watch, died, return_exceptions=True)
+    if watch not in done:
+        stderr = (await proc.stderr.read()).decode() if died in done and proc.stderr else "(still running)"
+        raise AssertionError(f"no PolicyUpdated within {DEADLINE_S}s; the learner: {stderr}")
+    return watch.result()
+
+
+@pytest.mark.slow
+async def test_a_killed_follower_restarts_without_training_a_round_twice(
+        log: EventLog, nats_url: str, tmp_path: Path) -> None:
+    await play(log, 0)
+    follower = await learner_process(nats_url, tmp_path)  # no --once: it follows the run, which is still open
+    try:
+        seen = await first_update(log, follower)
+        assert seen.through_round == 0
+    finally:
+        follower.kill()  # SIGKILL: no cleanup, no checkpoint of its own
+        await follower.wait()
+    assert follower.returncode == -9
+
+    await play(log, 1)
+    again = await learner_process(nats_url, tmp_path, "--once")
+    _, err = await asyncio.wait_for(again.communicate(), DEADLINE_S)
+    assert again.returncode == 0, err.decode()
+    said = re.sub(r"\s+", " ", err.decode())  # the console wraps long lines
+    assert "trained through round 0 " in said and said.count("through round 1: policy ") == 1
+
+    records = await learn_records(log, RUN)
+    [init] = [r for r in records if isinstance(r, PolicyInitialised)]
+    done = updates(records)
+    assert [r.through_round for r in done] == [0, 1] and all(isinstance(r, PolicyUpdated) for r in done)
+    chain = [init.version, *(r.version for r in done)]  # type: ignore[union-attr]
+    assert [r.parent for r in done] == chain[:-1] and len(set(chain)) == 3
+    assert done[0] == seen
+
+    # Following again, it trains on the next round and stops by itself when the run finishes.
+    follower = await learner_process(nats_url, tmp_path)
+    try:
+        await play(log, 2)
+        await Rollout(ToyBench(), ModelConfig(), HarnessConfig(), log=log).finish(RUN, rounds=3)
+        _, err = await asyncio.wait_for(follower.communicate(), DEADLINE_S)
+    finally:
+        if follower.returncode is None:
+            follower.kill()
+            await follower.wait()
+    assert follower.returncode == 0, err.decode()
+    done = updates(await learn_records(log, RUN))
+    assert [r.through_round for r in done] == [0, 1, 2] and done[2].parent == chain[-1]
+
+
+# --- hx coevolve ---------------------------------------------------------------------------------------------
+
+
+def coevolve(url: str, data: Path, mode: str) -> dict[str, Any]:
+    """A tiny ``hx coevolve`` on the toy world in ``mode``; its JSON report, its held-out figures checked."""
+    result = ok(hx("--nats-url", url, "--data-dir", str(data), "coevolve", "--mode", mode, "--bench", "toyworld:rooms",
+                   "--tasks", "4", "--heldout-tasks", "2", "--rounds", "2", "--max-steps", "30", "--concurrency",
+                   "2", "--run-id", f"co-{mode}", "--json"))
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["run_id"] == f"co-{mode}" and report["status"] in ("completed", "patience")
+    for held in (report["heldout_before"], report["heldout_after"]):
+        [game] = held["games"]
+        assert game["game"] == "toyworld:rooms" and game["tasks"] == 2 and 0 <= game["pass_at_2"] <= 1
+    assert report["heldout_before"]["round"] == -1 and report["heldout_after"]["round"] == len(report["rounds"]) - 1
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["both", "model"])
+def test_hx_coevolve_trains_the_policy_and_reports_it(nats_url: str, tmp_path: Path, mode: str) -> None:
+    report = coevolve(nats_url, tmp_path, mode)
+    logged = on_log(nats_url, lambda log: learn_records(log, f"co-{mode}"))
+    [init] = [r for r in logged if isinstance(r, PolicyInitialised)]
+    assert report["learner"] == [as_json(r) for r in updates(logged)]
+    trained = [r for r in updates(logged) if isinstance(r, PolicyUpdated)]
+    assert trained and report["policy"] == trained[-1].version
+    assert [r.parent for r in trained] == [init.version, *(r.version for r in trained[:-1])]
+    assert len({r["through_round"] for r in report["learner"]}) == len(report["learner"])
+    # Each round's rollouts used the learner's policy of the moment; the last held-out ones, the final policy.
+    served = {t.response.model_version for t in on_log(nats_url, lambda log: model_turns(log, f"co-{mode}"))}
+    assert served <= {init.version, *(r.version for r in trained)} and report["policy"] in served
+    if mode == "model":  # a frozen harness: nothing is ever shipped
+        assert all(not row["shipped"] for row in report["rounds"])
+
+
+@pytest.mark.slow
+def test_hx_coevolve_harness_mode_keeps_the_policy(nats_url: str, tmp_path: Path) -> None:
+    report = coevolve(nats_url, tmp_path, "harness")
+    logged = on_log(nats_url, lambda log: learn_records(log, "co-harness"))
+    [init] = logged
+    assert isinstance(init, PolicyInitialised)
+    assert report["learner"] == [] and report["policy"] == init.version
+    served = {t.response.model_version for t in on_log(nats_url, lambda log: model_turns(log, "co-harness"))}
+    assert served == {init.version}
