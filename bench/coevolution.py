@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds of the harness-only run (sets the budget)")
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)

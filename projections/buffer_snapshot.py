@@ -41,9 +41,6 @@ class BufferState(msgspec.Struct, kw_only=True):
 
 
 # --- checkpoints: each message, conversation and tool list once ------------------------------------------------
-# In memory the turns of an attempt share their messages (resolved from the log's deltas), but
-# the state encoded as it is wrote each turn's whole context: a real run's buffer (~60 turns an
-# attempt) took 64 MB, and decoding it lost the sharing. A snapshot costs what the run added.
 
 ENCODER = msgspec.msgpack.Encoder(order="sorted")
 """The snapshot encoder: map keys sorted, so a state always gives the same bytes."""
@@ -252,5 +249,3 @@ def restore(snap: BufferSnapshot) -> BufferState:
         raise msgspec.DecodeError(f"inconsistent replay buffer snapshot: {exc}") from None
     return state
 
-
-# --- queries ---------------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from schemas.lifecycle import (
 )
 from schemas.model import ModelError, ModelRequest, ModelResponse
 from schemas.tools import VerifierScore
-from streams.topology import check_run_id, trace_filter
+from streams.topology import check_run_id, subject_token, trace_filter
 
 
 def _trajectory_key(task_id: str, attempt: int) -> str:
@@ -75,8 +75,8 @@ class ReplayBuffer(Projection[BufferState]):
     reward: ClassVar[RewardField] = "score"
 
     def __new__(cls, run_id: str, window: int = 4, roles: Sequence[str] = ("main",), *,
-                reward: RewardField = "score") -> ReplayBuffer:
-        buffer: ReplayBuffer = object.__new__(_configured(run_id, window, tuple(roles), reward))
+                reward: RewardField = "score", owner: str = "") -> ReplayBuffer:
+        buffer: ReplayBuffer = object.__new__(_configured(run_id, window, tuple(roles), reward, owner))
         return buffer
 
     def initial(self) -> BufferState:
@@ -151,7 +151,8 @@ class ReplayBuffer(Projection[BufferState]):
 
 
 @lru_cache(maxsize=1024)
-def _configured(run_id: str, window: int, roles: tuple[str, ...], reward: RewardField) -> type[ReplayBuffer]:
+def _configured(run_id: str, window: int, roles: tuple[str, ...], reward: RewardField,
+                owner: str = "") -> type[ReplayBuffer]:
     """The ``ReplayBuffer`` subclass of one configuration."""
     check_run_id(run_id)
     if window < 1:
@@ -163,6 +164,8 @@ def _configured(run_id: str, window: int, roles: tuple[str, ...], reward: Reward
     name = f"replay_buffer.{run_id}"
     if (window, roles, reward) != (4, ("main",), "score"):
         name += "." + hashlib.sha256(msgspec.json.encode([window, roles, reward])).hexdigest()[:10]
+    if owner:  # a learner's own buffer: its checkpoint is nobody else's to reset
+        name += f".{subject_token(owner)}"
     attrs = {"name": name, "subjects": (trace_filter(run_id),), "run_id": run_id, "window": window,
              "roles": roles, "reward": reward, "__module__": __name__}
     return cast("type[ReplayBuffer]", type(f"ReplayBuffer[{run_id}]", (ReplayBuffer,), attrs))

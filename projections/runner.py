@@ -81,9 +81,13 @@ class ProjectionRunner(Generic[S]):
         self.position = pos
         return True
 
-    async def catch_up(self, stop: int | None = None,
-                       progress: Callable[[int, int], None] | None = None) -> S:
-        """Apply every event after the position up to ``stop`` (default: the log's end now)."""
+    async def catch_up(self, stop: int | None = None, progress: Callable[[int, int], None] | None = None, *,
+                       checkpoint: bool = True) -> S:
+        """Apply every event after the position up to ``stop`` (default: the log's end now).
+
+        With ``checkpoint`` false the caller checkpoints when it chooses (a learner does, after
+        its record: the buffer's checkpoint then always matches a pass).
+        """
         last = await self.log.last_seq(self.projection.stream)
         stop = last if stop is None else min(stop, last)
         since_checkpoint = 0
@@ -99,7 +103,8 @@ class ProjectionRunner(Generic[S]):
         if self.position[0] < stop:
             # Messages after the last matching one were filtered out: the runner has still seen them.
             self.position = (stop, 0)
-        await self.checkpoint()
+        if checkpoint:
+            await self.checkpoint()
         return self.state
 
     async def follow(self, until: asyncio.Event | None = None) -> None:

@@ -25,9 +25,6 @@ from schemas.tools import VerifierScore
 RewardField = Literal["score", "reward", "passed"]
 """Which field of the ``VerifierScore`` is the reward (``passed``: 1.0 or 0.0)."""
 
-# --- one attempt's turns: the core shared with the training bridge ---------------------------------------------
-
-
 class ModelTurn(msgspec.Struct, frozen=True):
     """A model call of an attempt: the request as sent (messages resolved) and the response."""
 
@@ -161,5 +158,3 @@ def _turn(t: ModelTurn, policy: bool) -> Turn:
                 completion=Message(role="assistant", content=resp.content, tool_calls=resp.tool_calls),
                 logprobs=tuple(lp.logprob for lp in resp.logprobs), on_policy=policy)
 
-
-# --- the buffer ------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,13 +21,14 @@ import msgspec
 import pytest
 import toyworld  # noqa: F401 - registers the toyworld benchmark with the in-process command
 from hx_cli import error_line, hx, ok
-from learner_kit import expected_pass, learn_records, model_turns
+from learner_kit import expected_pass, learn_records, model_turns, perturbed
 from toybench import ToyBench, ids
 
 from hx.bench.rollout import Rollout, RolloutSettings, SplitRole
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint
 from hx.learner.grpo import GRPOConfig
+from hx.learner.policy import PolicyError
 from hx.learner.provider import PolicyProvider
 from hx.learner.trainer import Learner, LearnerSettings, learn_subject
 from hx.runtime.models import ModelConfig
@@ -124,6 +126,68 @@ async def test_a_finished_round_is_one_update_and_nothing_is_trained_twice(log: 
     assert learner.position.version == first.version and learner.position.updates == [first]
     fetched = await checkpoint.fetch(log, first.version)  # the new policy is in the object store
     assert checkpoint.files_of(fetched) == checkpoint.files_of(learner.policy)  # type: ignore[arg-type]
+
+
+async def test_a_second_learner_of_one_name_is_refused_and_so_is_a_restart_with_other_settings(log: EventLog) -> None:
+    await play(log, 0)
+    faster = msgspec.structs.replace(SMALL, grpo=msgspec.structs.replace(SMALL.grpo, learning_rate=1e-2))
+    first, twin, other = Learner(log, RUN, SMALL), Learner(log, RUN, SMALL), Learner(log, RUN, faster)
+    for learner in (first, twin, other):
+        await learner.open()
+    made = await first.update()
+    assert isinstance(made, PolicyUpdated)
+    same = await twin.update()  # the same pass from the same state: the same record (but its wall time), deduplicated
+    assert isinstance(same, PolicyUpdated) and msgspec.structs.replace(same, seconds=made.seconds) == made
+    with pytest.raises(PolicyError, match="another learner named 'default' is writing to run 'learn-toy'"):
+        await other.update()  # another pass of the same round: refused, not merged
+    assert updates(await learn_records(log, RUN)) == [made]
+    with pytest.raises(PolicyError, match="began with kind 'scorer' \\(asked: 'lm'\\)"):
+        await Learner(log, RUN, msgspec.structs.replace(SMALL, kind="lm")).open()
+    with pytest.raises(PolicyError, match="init_seed 0 \\(asked: 5\\)"):
+        await Learner(log, RUN, msgspec.structs.replace(SMALL, init_seed=5)).open()
+
+
+async def test_infrastructure_failures_and_tempered_turns_are_left_out_with_counts(log: EventLog) -> None:
+    tempered = ModelConfig(main="random:", params={"main": {"temperature": 0.5}})
+    rollout = Rollout(ToyBench(), tempered, HarnessConfig(), log=log, settings=SETTINGS)
+    await rollout.start(RUN)
+    await rollout.run_round(RUN, 0, TASKS)
+    await play(log, 1, [*TASKS, *ids("crashy", 1)])  # crashy tasks end in infrastructure failures
+    learner = Learner(log, RUN, WIDE)
+    await learner.open()
+    record = await learner.update()
+    assert isinstance(record, PolicyUpdated)
+    turns: Counter[tuple[int, str]] = Counter((t.round, t.task) for t in await model_turns(log, RUN))
+    crashy = sum(n for (rnd, task), n in turns.items() if "crashy" in task)
+    assert crashy > 0 and record.skipped["infra_failure"] == crashy
+    # counted in the groups that have a spread of rewards (the others contribute no sample anyway)
+    assert 0 < record.skipped["temperature"] <= sum(n for (rnd, _), n in turns.items() if rnd == 0)
+    kept = sum(n for (rnd, task), n in turns.items() if rnd == 1 and "crashy" not in task)
+    assert 0 < record.samples <= kept  # round 1's turns but the crashed ones (groups without spread aside)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+async def test_turns_without_logprobs_are_rescored_under_their_policy_checkpoint_or_skipped(
+        log: EventLog, stored: bool) -> None:
+    behaviour = perturbed(checkpoint.create("scorer", SMALL.config), seed=4)
+    version = (await checkpoint.store(log, behaviour))[0] if stored else "f" * 64
+    moves = [{"tool_calls": [{"id": f"c{i}", "name": "act", "input": {"action": a}}], "model_version": version}
+             for i, a in enumerate(["move east", "take coin", "move east", "take coin"])]
+    scripted = ModelConfig(main="script:x", provider_options={"script:x": {"completions": moves}})
+    await play(log, 0)  # random: turns, with log-probs
+    await Rollout(ToyBench(), scripted, HarnessConfig(), log=log, settings=SETTINGS).run_round(RUN, 1, TASKS)
+    learner = Learner(log, RUN, WIDE)
+    await learner.open()
+    await learner.catch_up()
+    samples, skipped, _, _ = await learner.samples(learner.buffer.state)
+    replayed = [sample for key, sample in samples if key[0] == 1]
+    if stored:  # recomputed under the checkpoint that produced them
+        assert replayed and "no_logprobs" not in skipped
+        rescored = behaviour.score(replayed)  # scored in another batch shape: equal to float rounding
+        assert all(math.isclose(a, b, abs_tol=1e-5) for s, r in zip(replayed, rescored, strict=True)
+                   for a, b in zip(s.logprobs, r, strict=True))
+    else:  # no checkpoint to recompute them under: left out and counted
+        assert not replayed and skipped["no_logprobs"] > 0
 
 
 @pytest.mark.slow
@@ -388,3 +452,31 @@ def test_hx_coevolve_harness_mode_keeps_the_policy(nats_url: str, tmp_path: Path
     assert report["learner"] == [] and report["policy"] == init.version
     served = {t.response.model_version for t in on_log(nats_url, lambda log: model_turns(log, "co-harness"))}
     assert served == {init.version}
+
+
+@pytest.mark.slow
+def test_hx_coevolve_stops_when_its_rollout_budget_is_spent(nats_url: str, tmp_path: Path) -> None:
+    result = ok(hx("--nats-url", nats_url, "--data-dir", str(tmp_path), "coevolve", "--mode", "model", "--bench",
+                   "toyworld:rooms", "--tasks", "4", "--heldout-tasks", "2", "--rounds", "3", "--max-steps", "30",
+                   "--budget", "5", "--run-id", "co-budget", "--json"))
+    report = json.loads(result.stdout)
+    [row] = report["rounds"]  # 8 attempts in round 0 spend the budget of 5: no round 1
+    assert row["rollouts"] == 8 and report["status"] == "completed" and len(report["learner"]) == 1
+    assert report["heldout_after"]["round"] == 0
+
+
+@pytest.mark.slow
+async def test_the_lm_kind_plays_through_the_provider_and_trains_through_the_learner(log: EventLog) -> None:
+    tiny = {"d_model": 32, "layers": 1, "heads": 2, "ctx": 128, "mlp": 64}
+    models = ModelConfig(main="policy:lm", provider_options={"policy:lm": {"config": tiny}})
+    rollout = Rollout(ToyBench(), models, HarnessConfig(), log=log, settings=SETTINGS)
+    await rollout.start(RUN)
+    await rollout.run_round(RUN, 0, TASKS)
+    learner = Learner(log, RUN, msgspec.structs.replace(SMALL, kind="lm", config=tiny))
+    initial = (await learner.open()).initial
+    turns = await model_turns(log, RUN)
+    assert turns and {t.response.model_version for t in turns} == {initial}  # the same fresh LM on both sides
+    assert all(len(t.response.logprobs) >= 2 for t in turns)  # token-level: " take coin<eos>" is several tokens
+    record = await learner.update()
+    assert isinstance(record, PolicyUpdated) and record.kind == "lm" and record.samples > 0
+    assert "unservable" not in record.skipped and "unit_mismatch" not in record.skipped

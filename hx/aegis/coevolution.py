@@ -24,7 +24,6 @@ import msgspec
 
 from hx.aegis.trials import Trials
 from hx.learner.trainer import Learner, LearnerSettings
-from hx.runtime.models import ModelConfig
 from schemas.learn import PolicyUpdated, UpdateSkipped
 from schemas.ledger import RoundDecided
 from streams.log import EventLog
@@ -73,7 +72,8 @@ class Coevolution:
         self._use()
 
     def _use(self) -> None:
-        self.trials.models = ModelConfig(main=f"policy:{self.version}")
+        # only the task agent changes: judge, other roles, fallbacks and parameters stay as configured
+        self.trials.models = msgspec.structs.replace(self.trials.models, main=f"policy:{self.version}")
 
     async def _update(self) -> None:
         record = await self.learner.update()

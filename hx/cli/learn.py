@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import msgspec
@@ -24,6 +24,9 @@ from schemas.errors import HxError
 from schemas.learn import PolicyUpdated, UpdateSkipped
 from schemas.lifecycle import RoundFinished, RunFinished
 from streams.topology import NO_TOKEN, TRACE, subject_token, trace_subject
+
+if TYPE_CHECKING:
+    from hx.learner.trainer import LearnerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 KINDS = ("scorer", "lm")
@@ -40,7 +43,7 @@ def learner_options(fn: F) -> F:
                      help="Start from this stored checkpoint instead of a fresh policy."),
         click.option("--window", type=click.IntRange(min=1), default=4, show_default=True,
                      help="Trace rounds the replay buffer holds (FIFO)."),
-        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
+        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-2, show_default=True,
                      help="AdamW learning rate."),
         click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True,
                      help="Passes over the buffer per update."),
@@ -58,7 +61,7 @@ def learner_options(fn: F) -> F:
     return fn
 
 
-def learner_settings(options: dict[str, Any]) -> Any:
+def learner_settings(options: dict[str, Any]) -> LearnerSettings:
     """``LearnerSettings`` from the learner options (popped from ``options``)."""
     from hx.learner.grpo import GRPOConfig
     from hx.learner.trainer import LearnerSettings
@@ -96,7 +99,7 @@ def learn_command(app: App, /, run_id: str, once: bool, as_json: bool, **options
     run(_learn(app, run_id, settings, once=once, as_json=as_json))
 
 
-async def _learn(app: App, run_id: str, settings: Any, *, once: bool, as_json: bool) -> None:
+async def _learn(app: App, run_id: str, settings: LearnerSettings, *, once: bool, as_json: bool) -> None:
     from hx.learner.trainer import Learner
 
     console = stderr_console()

@@ -168,6 +168,10 @@ async def fetch(log: EventLog, ver: str) -> Policy:
         names = json.loads((await blobs.get(f"policy/{ver}")).data or b"[]")
     except (ObjectNotFoundError, NotFoundError):
         raise PolicyError(f"no {where} in the object store") from None
+    except ValueError:
+        raise PolicyError(f"{where}: its index in the object store is damaged") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise PolicyError(f"{where}: its index in the object store is damaged")
     files: dict[str, bytes] = {}
     for name in names:
         try:

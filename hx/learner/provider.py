@@ -17,6 +17,7 @@ version: a run's attempts share one copy, and a copy is never trained in place.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -112,6 +113,8 @@ class PolicyProvider(Provider):
             ver = key
             pol = await checkpoint.fetch(self.log, ver)
         remember(key, pol, ver)
+        if self.model != key:  # a prefix: the next call of this spec must not list the object store again
+            remember(self.model, pol, ver)
         return pol, ver
 
     async def complete(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
@@ -119,8 +122,10 @@ class PolicyProvider(Provider):
         """Sample an answer from the policy; a request it cannot serve is a ``ProviderError`` naming why."""
         try:
             pol, ver = await self.policy()
-            out = pol.act(messages, tools, seed=seed_for(ctx), temperature=float(params.get("temperature", 1.0)),
-                          max_tokens=int(params.get("max_tokens", 32)))
+            # in a worker thread: an LM's decoding takes milliseconds a token, and other attempts wait meanwhile
+            out = await asyncio.to_thread(pol.act, messages, tools, seed=seed_for(ctx),
+                                          temperature=float(params.get("temperature", 1.0)),
+                                          max_tokens=int(params.get("max_tokens", 32)))
         except PolicyError as exc:
             raise ProviderError("other", f"policy:{self.model[:16]}: {exc}") from None
         return Completion(content=out.content, tool_calls=out.tool_calls, stop_reason=out.stop_reason,

@@ -37,6 +37,7 @@ from hx.learner.policy import (
     Decision,
     Generation,
     Policy,
+    PolicyError,
     Sample,
     Unservable,
     bucket,
@@ -178,7 +179,11 @@ class ScorerPolicy(Policy):
         """A freshly initialised scorer; unknown config keys are an error."""
         unknown = sorted(set(config) - {*DEFAULTS, "kind"})
         if unknown:
-            raise Unservable(f"scorer config: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+            raise PolicyError(f"scorer config: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+        bad = [k for k, v in config.items() if k != "kind" and not (isinstance(v, int) and v > 0)]
+        if bad:
+            shown = ", ".join(f"{k}={config[k]!r}" for k in bad)
+            raise PolicyError(f"scorer config: {shown} must be positive integers")
         merged = {**DEFAULTS, **{k: int(v) for k, v in config.items() if k != "kind"}}
         return cls(ChoiceScorer(merged, rngs=nnx.Rngs(seed)), {"kind": cls.kind, **merged})
 

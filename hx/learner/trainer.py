@@ -16,6 +16,7 @@ policy (the record's message id deduplicates a retried append).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -28,13 +29,14 @@ import numpy as np
 
 from hx.learner import checkpoint
 from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss, group_advantages
-from hx.learner.policy import Batch, Policy, Sample, Unservable, bucket
-from hx.learner.provider import remember
+from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable, bucket
+from hx.learner.provider import remember, resolve_version
 from projections.buffer_snapshot import BufferState
 from projections.replay_buffer import ReplayBuffer, groups
 from projections.runner import ProjectionRunner
 from projections.trajectories import Trajectory
 from schemas.learn import PolicyInitialised, PolicyUpdated, UpdateSkipped
+from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
 
@@ -87,7 +89,10 @@ class Learner:
         self.run_id = run_id
         self.settings = settings or LearnerSettings()
         self.subject = learn_subject(run_id, self.settings.learner)
-        self.buffer = ProjectionRunner(log, ReplayBuffer(run_id, window=self.settings.window), checkpoint_every=10**12)
+        self.buffer = ProjectionRunner(log, ReplayBuffer(run_id, window=self.settings.window,
+                                                         owner=self.settings.learner), checkpoint_every=10**12)
+        self._last = 0
+        """Sequence of this learner's last record on ``HX_LEARN``: the next record is appended only after it."""
         self.position = Position()
         self.policy: Policy | None = None
         self.reference: Policy | None = None
@@ -103,7 +108,9 @@ class Learner:
         pos = Position()
         async for rec in self.log.read(LEARN.name, subjects=[self.subject]):
             ev = rec.event
+            self._last = rec.seq
             if isinstance(ev, PolicyInitialised):
+                self._check_settings(ev)
                 pos.initial = pos.version = ev.version
             elif isinstance(ev, PolicyUpdated | UpdateSkipped):
                 pos.updates.append(ev)
@@ -122,26 +129,53 @@ class Learner:
         if self.buffer.position[0] != pos.seq:  # the buffer's checkpoint is not this learner's: fold to its position
             await self.buffer.reset()
             if pos.seq:
-                await self.buffer.catch_up(stop=pos.seq)
+                await self.buffer.catch_up(stop=pos.seq, checkpoint=False)
         return pos
+
+    def _check_settings(self, first: PolicyInitialised) -> None:
+        """Refuse settings that contradict how this learner began: its records would describe another policy."""
+        recorded = first.config
+        mine = msgspec.to_builtins(self.settings)
+        differ = [k for k in ("kind", "config", "init", "init_seed") if recorded.get(k) != mine.get(k)]
+        if differ:
+            shown = ", ".join(f"{k} {recorded.get(k)!r} (asked: {mine.get(k)!r})" for k in differ)
+            raise PolicyError(f"learner {self.settings.learner!r} of run {self.run_id!r} began with {shown}; "
+                              "resume it with those settings or give this one another --learner name")
 
     async def _initialise(self) -> str:
         s = self.settings
         if s.init:
-            policy = await checkpoint.fetch(self.log, s.init)
+            policy = await checkpoint.fetch(self.log, await resolve_version(self.log, s.init))
         else:
             policy = checkpoint.create(s.kind, s.config, seed=s.init_seed)
         ver, _ = await checkpoint.store(self.log, policy)
-        await self.log.append(self.subject, PolicyInitialised(
-            run_id=self.run_id, learner=s.learner, version=ver, kind=policy.kind,
-            config=msgspec.to_builtins(s)), key=f"{self.subject}#init")
+        await self._append(PolicyInitialised(run_id=self.run_id, learner=s.learner, version=ver, kind=policy.kind,
+                                             config=msgspec.to_builtins(s)), "init")
         return ver
+
+    async def _append(self, record: PolicyInitialised | PolicyUpdated | UpdateSkipped, what: str) -> None:
+        """Append a record after this learner's last one: a second learner of the same name is refused, not merged."""
+        try:
+            done = await self.log.append(self.subject, record, key=f"{self.subject}#{what}",
+                                         expected_last_seq=self._last)
+        except ConcurrencyConflict:
+            raise self._conflict() from None
+        if done.duplicate:  # the same pass was recorded before (a retry, or a twin learner): only the same record
+            stored = [r.event async for r in self.log.read(LEARN.name, start=done.seq, stop=done.seq,
+                                                           subjects=[self.subject])]
+            if [_timeless(r) for r in stored] != [_timeless(record)]:
+                raise self._conflict()
+        self._last = done.seq
+
+    def _conflict(self) -> PolicyError:
+        return PolicyError(f"another learner named {self.settings.learner!r} is writing to run {self.run_id!r}; "
+                           "give this one another --learner name")
 
     # --- one cycle ----------------------------------------------------------------------------
 
     async def catch_up(self) -> int:
         """Fold the trace into the buffer up to its current end; the last round finished in the buffer."""
-        await self.buffer.catch_up()
+        await self.buffer.catch_up(checkpoint=False)  # checkpointed with the pass's record, never between
         state = self.buffer.state
         return max(state.rounds, default=-1)
 
@@ -160,7 +194,7 @@ class Learner:
                                   "trace_seq": seq, "rounds": tuple(state.rounds), "parent": parent}
         record: PolicyUpdated | UpdateSkipped
         if not batches:
-            record = UpdateSkipped(**common, reason="no_usable_group", groups_skipped=dropped, skipped=dict(skipped))
+            record = UpdateSkipped(**common, reason="no_usable_group", groups_skipped=dropped, skipped=dict(+skipped))
         else:
             try:
                 self.trainer.reset_optimizer()  # a pass depends on its parent and samples only: restarts are exact
@@ -168,7 +202,7 @@ class Learner:
             except NonFiniteLoss as exc:
                 await self._restore(parent)
                 record = UpdateSkipped(**common, reason="non_finite", groups_skipped=dropped,
-                                       skipped={**skipped, "non_finite": len(samples)})
+                                       skipped={**(+skipped), "non_finite": len(samples)})
                 if progress:
                     progress(f"update skipped: {exc}")
             else:
@@ -176,11 +210,11 @@ class Learner:
                 record = PolicyUpdated(**common, version=version, kind=self.policy.kind, steps=metrics.steps,
                                        samples=len(samples) - skipped["unservable"] - skipped["unit_mismatch"],
                                        groups_used=used, groups_skipped=dropped,
-                                       skipped=dict(skipped), loss=metrics.loss, kl=metrics.kl,
+                                       skipped=dict(+skipped), loss=metrics.loss, kl=metrics.kl,
                                        clip_fraction=metrics.clip_fraction, entropy=metrics.entropy,
                                        grad_norm=metrics.grad_norm, bytes=size,
                                        seconds=time.perf_counter() - began, device=jax.default_backend())
-        await self.log.append(self.subject, record, key=f"{self.subject}#{last}")
+        await self._append(record, str(last))
         await self.buffer.checkpoint()
         self.position.through_round, self.position.seq = last, seq
         self.position.updates.append(record)
@@ -199,7 +233,13 @@ class Learner:
     async def samples(self, state: BufferState) -> tuple[list[tuple[TurnKey, Sample]], Counter[str], int, int]:
         """The buffer's training samples (keyed by turn) with their advantages; skips, groups used, groups dropped."""
         skipped: Counter[str] = Counter()
-        by_group = groups(state)
+        by_group: dict[str, list[Trajectory]] = {}
+        for task, trajs in groups(state).items():
+            # An infrastructure failure says nothing about the policy: its 0 would shift the others' advantages.
+            fine = [t for t in trajs if t.status != "infra_failure"]
+            skipped["infra_failure"] += sum(len(t.turns) for t in trajs) - sum(len(t.turns) for t in fine)
+            if fine:
+                by_group[task] = fine
         rewards = {task: [t.reward for t in trajs] for task, trajs in by_group.items()}
         advantages = group_advantages(rewards, self.settings.grpo.adv_eps)
         used = [traj for task, trajs in by_group.items() if task in advantages for traj in trajs]
@@ -221,6 +261,12 @@ class Learner:
         for turn in traj.turns:
             if turn.on_policy is False and not self.settings.off_policy_turns:
                 skipped["off_policy"] += 1
+                continue
+            if float(turn.params.get("temperature", 1.0)) != 1.0:
+                skipped["temperature"] += 1  # its log-probs are of a tempered distribution, training scores at 1
+                continue
+            if not all(math.isfinite(lp) and lp <= 1e-6 for lp in turn.logprobs):
+                skipped["bad_logprobs"] += 1  # one would make every pass over the window non-finite
                 continue
             sample = Sample(messages=turn.messages, tools=turn.tools, completion=turn.completion,
                             logprobs=tuple(turn.logprobs), advantage=advantage)
@@ -272,15 +318,16 @@ class Learner:
         rng = np.random.default_rng([cfg.seed, through])
         order = rng.permutation(len(rows))
         encoded = []
+        size = bucket(min(cfg.minibatch, len(rows)))  # every minibatch of the pass has the first one's shape
         for start in range(0, len(rows), cfg.minibatch):
-            batch = self._collate([rows[i] for i in order[start:start + cfg.minibatch]], skipped)
+            batch = self._collate([rows[i] for i in order[start:start + cfg.minibatch]], skipped, size)
             if batch is not None:
                 encoded.append(batch)
         return [encoded[i] for _ in range(cfg.epochs) for i in rng.permutation(len(encoded))]
 
-    def _collate(self, chunk: list[tuple[Any, Sample]], skipped: Counter[str]) -> Batch | None:
+    def _collate(self, chunk: list[tuple[Any, Sample]], skipped: Counter[str], rows: int) -> Batch | None:
         assert self.policy is not None
-        batch = _padded(self.policy.collate([row for row, _ in chunk]), bucket(self.settings.grpo.minibatch))
+        batch = _padded(self.policy.collate([row for row, _ in chunk]), rows)
         mask = batch["mask"]
         old = np.zeros_like(mask)
         adv = np.zeros(mask.shape[0], np.float32)
@@ -305,3 +352,8 @@ def _padded(batch: Batch, rows: int) -> Batch:
     if have >= rows:
         return batch
     return {k: np.concatenate([v, np.zeros((rows - have, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
+
+
+def _timeless(record: Any) -> Any:
+    """A record without its wall time (``seconds``): what two runs of the same pass agree on."""
+    return msgspec.structs.replace(record, seconds=0.0) if isinstance(record, PolicyUpdated) else record
