@@ -140,6 +140,14 @@ def build(kind: str, config: Mapping[str, Any], seed: int) -> tuple[nnx.Module, 
     return policy.model, policy.encode
 
 
+def neg_mean_logp(model: nnx.Module, batch: Mapping[str, jax.Array]) -> jax.Array:
+    """The baselines' loss: minus the mean log-prob of the valid units."""
+    logp, _ = model(batch)
+    mask = batch["mask"]
+    loss: jax.Array = -(logp * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    return loss
+
+
 def plain_step(model: nnx.Module, tx: optax.GradientTransformation) -> tuple[Callable[..., Any], nnx.State[Any, Any]]:
     """A jitted forward + backward of ``-mean(logp)`` over valid units + optimiser update, over split state."""
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
@@ -149,13 +157,7 @@ def plain_step(model: nnx.Module, tx: optax.GradientTransformation) -> tuple[Cal
     def step(state: nnx.State[Any, Any], batch: Mapping[str, jax.Array]) -> tuple[nnx.State[Any, Any], jax.Array]:
         m, opt = nnx.merge(graphdef, state)
 
-        def loss_fn(mm: nnx.Module) -> jax.Array:
-            logp, _ = mm(batch)
-            mask = batch["mask"]
-            loss: jax.Array = -(logp * mask).sum() / jnp.maximum(mask.sum(), 1.0)
-            return loss
-
-        loss, grads = nnx.value_and_grad(loss_fn)(m)
+        loss, grads = nnx.value_and_grad(neg_mean_logp)(m, batch)
         opt.update(m, grads)
         return nnx.state((m, opt)), loss
 
@@ -170,13 +172,7 @@ def grad_step(model: nnx.Module) -> tuple[Callable[..., Any], nnx.State[Any, Any
     def step(state: nnx.State[Any, Any], batch: Mapping[str, jax.Array]) -> tuple[jax.Array, nnx.State[Any, Any]]:
         m = nnx.merge(graphdef, state)
 
-        def loss_fn(mm: nnx.Module) -> jax.Array:
-            logp, _ = mm(batch)
-            mask = batch["mask"]
-            loss: jax.Array = -(logp * mask).sum() / jnp.maximum(mask.sum(), 1.0)
-            return loss
-
-        loss, grads = nnx.value_and_grad(loss_fn)(m)
+        loss, grads = nnx.value_and_grad(neg_mean_logp)(m, batch)
         return loss, grads
 
     return step, state

@@ -28,6 +28,8 @@ class BufferState(msgspec.Struct, kw_only=True):
     rounds held and rounds still running."""
     running: set[int] = set()
     """Admitted rounds started and not yet finished."""
+    slots: dict[str, int] = {}
+    """Trace round (as text) -> its window slot: the evolution round it belongs to, else the trace round itself."""
     attempts: dict[str, Partial] = {}
     """In-flight attempts of running rounds, by subject."""
     heldout_rounds: set[int] = set()

@@ -6,8 +6,11 @@ deltas), what it produced, the behaviour log-probabilities logged with it, and w
 the attempt went on with exactly that completion (``on_policy``: an after_model processor
 may have changed it). The attempt's reward comes from its ``VerifierScore``.
 
-The buffer holds the trajectories of the last ``window`` finished rounds of the run, FIFO:
-when a round finishes and more than ``window`` are held, the oldest is evicted. Attempts of
+The buffer holds the trajectories of the last ``window`` rounds of the run, FIFO: when a
+round finishes and more than ``window`` are held, the oldest is evicted. In an evolution
+run a round is an evolution round (``RoundStarted.stage_round``): its main, gate and retry
+rollouts are trace rounds of their own, and they enter and leave the window together;
+otherwise a round is a trace round. Attempts of
 running rounds are held as partials (the conversation for delta resolution and the turns so
 far) until they finish. Held-out rounds never enter, nor does any task a held-out round
 evaluated (an adaptation round that listed one loses it too): training on the test split
@@ -66,8 +69,8 @@ class ReplayBuffer(Projection[BufferState]):
     reads = frozenset({RoundStarted.TYPE, RoundFinished.TYPE, AttemptStarted.TYPE, AttemptFinished.TYPE,
                        ModelRequest.TYPE, ModelResponse.TYPE, ModelError.TYPE, HookRecord.TYPE, VerifierScore.TYPE})
     state_type = BufferState
-    version = 2
-    """2: checkpoints are ``BufferSnapshot``s (1: the ``BufferState`` in full)."""
+    version = 3
+    """3: the window counts evolution rounds; 2: checkpoints are ``BufferSnapshot``s (1: the state in full)."""
     run_id: ClassVar[str] = ""
     window: ClassVar[int] = 4
     roles: ClassVar[tuple[str, ...]] = ("main",)
@@ -120,6 +123,7 @@ class ReplayBuffer(Projection[BufferState]):
         if ev.split != "heldout" and ev.purpose != "heldout":
             if ev.round not in state.heldout_rounds and ev.round not in state.rounds:
                 state.running.add(ev.round)
+                state.slots[str(ev.round)] = ev.stage_round if ev.stage_round >= 0 else ev.round
             return
         state.heldout_rounds.add(ev.round)
         state.running.discard(ev.round)
@@ -146,8 +150,14 @@ class ReplayBuffer(Projection[BufferState]):
             state.dropped += 1
         state.trajectories.setdefault(str(round), {})
         state.rounds.append(round)
-        while len(state.rounds) > self.window:
-            state.evicted += len(state.trajectories.pop(str(state.rounds.pop(0)), {}))
+        # The window counts slots: an evolution round's trace rounds (main, gate, retries) come and go together.
+        slots = list(dict.fromkeys(state.slots.get(str(r), r) for r in state.rounds))
+        while len(slots) > self.window:
+            oldest = slots.pop(0)
+            for r in [r for r in state.rounds if state.slots.get(str(r), r) == oldest]:
+                state.rounds.remove(r)
+                state.slots.pop(str(r), None)
+                state.evicted += len(state.trajectories.pop(str(r), {}))
 
 
 @lru_cache(maxsize=1024)

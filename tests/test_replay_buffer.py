@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from toybench import ToyBench, ids
 
-from hx.bench.rollout import Rollout, RolloutSettings, SplitRole
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, SplitRole
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.processors.training_bridge import attempt_to_rl_records
@@ -123,6 +123,24 @@ async def test_the_window_keeps_the_last_finished_rounds_and_never_a_heldout_tas
     # The held-out round really ran on the log, attempts and model turns included.
     in_round_2 = {TraceAddress.parse(r.subject).round for r in records if isinstance(r.event, ModelResponse)}
     assert 2 in in_round_2
+
+
+async def test_an_evolution_rounds_trace_rounds_enter_and_leave_the_window_together(nats_url: str) -> None:
+    # An evolution run labels each trace round (main, gate, ...) with its evolution round: the window counts those.
+    stages = [0, 0, 1, 2, 2, 2]
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        rollout = Rollout(ToyBench(), ModelConfig(main="random:"), HarnessConfig(), log=conn.log, settings=SETTINGS)
+        await rollout.start("evo")
+        runner = ProjectionRunner(conn.log, ReplayBuffer("evo", window=2))
+        held = []
+        for number, stage in enumerate(stages):
+            purpose = "main" if number == 0 or stage != stages[number - 1] else "gate"
+            await rollout.run_round("evo", number, TASKS[:1],
+                                    label=RoundLabel(purpose=purpose, stage_round=stage))
+            await runner.catch_up()
+            held.append(rounds(runner.state))
+    assert held == [[0], [0, 1], [0, 1, 2], [2, 3], [2, 3, 4], [2, 3, 4, 5]]
+    assert runner.state.evicted == 2 * SETTINGS.attempts and set(runner.state.slots) == {"2", "3", "4", "5"}
 
 
 async def test_groups_span_harness_versions_model_versions_and_rounds(logged: tuple[EventLog, list[Record]]) -> None:
