@@ -18,24 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
+from hx.aegis.settings import CoevolveMode
 from hx.aegis.trials import Trials
 from hx.learner.trainer import Learner, LearnerSettings
 from schemas.learn import PolicyUpdated, UpdateSkipped
 from schemas.ledger import RoundDecided
 from streams.log import EventLog
 
-Mode = Literal["harness", "model", "both"]
-MODES: tuple[Mode, ...] = ("harness", "model", "both")
-
 
 class CoevolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What co-evolution adds to an evolution job: the mode, the rollout budget, the learner."""
 
-    mode: Mode = "both"
+    mode: CoevolveMode = "both"
     budget: int = 0
     """Attempts (main, gate and retry rollouts; held-out excluded) after which no new round starts; 0: no budget."""
     learner: LearnerSettings = LearnerSettings()

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from hx.aegis.variants import Strategy
 from schemas.ledger import HeldoutScored, RoundDecided
+
+CoevolveMode = Literal["harness", "model", "both"]
+COEVOLVE_MODES: tuple[CoevolveMode, ...] = ("harness", "model", "both")
+"""What co-evolution moves: the harness only (policy frozen), the model only (harness frozen), or both."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from hx.aegis.meta import MetaAgent
 from hx.aegis.session import EvolveJob
 from hx.aegis.settings import Progress
 from hx.aegis.smoke import SandboxCodeCheck
+from hx.cli.learn import describe
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
 from schemas.learn import PolicyUpdated, UpdateSkipped
@@ -80,14 +81,7 @@ class EvolveProgress:
 
     def learner(self, record: PolicyUpdated | UpdateSkipped) -> None:
         """One learner pass: the new policy and its figures, or why the policy was kept."""
-        if isinstance(record, PolicyUpdated):
-            self.console.print(f"learner through trace round {record.through_round}: policy {record.version[:12]} · "
-                               f"{record.samples:,} samples in {record.groups_used} groups · loss {record.loss:.4f} · "
-                               f"KL {record.kl:.4f} · clip {record.clip_fraction:.2f} · {record.seconds:.1f}s",
-                               highlight=False)
-        else:
-            self.console.print(f"learner through trace round {record.through_round}: policy kept ({record.reason})",
-                               highlight=False)
+        self.console.print(f"learner {describe(record)}", highlight=False)
 
     def callbacks(self) -> Progress:
         """The loop's progress callbacks, drawing on this display."""

@@ -15,16 +15,16 @@ from typing import Any
 
 import click
 
+from hx.aegis.settings import COEVOLVE_MODES
 from hx.cli._app import App, pass_app
 from hx.cli.evolve import evolve_command, evolve_main
 from hx.cli.learn import learner_options, learner_settings
 
-MODES = ("harness", "model", "both")
 _NOT_HERE = {"model"}  # the task agent is the trained policy
 
 
 @click.command("coevolve")
-@click.option("--mode", type=click.Choice(MODES), default="both", show_default=True,
+@click.option("--mode", type=click.Choice(COEVOLVE_MODES), default="both", show_default=True,
               help="harness: the policy stays frozen; model: the harness stays frozen; both: both evolve.")
 @click.option("--budget", type=click.IntRange(min=0), default=0, show_default=True,
               help="Attempts (main and gate rollouts) after which no round starts (0: --rounds decides).")

@@ -136,7 +136,11 @@ async def store(log: EventLog, policy: Policy) -> tuple[str, int]:
     The files go first and the index (``policy/<version>``, their names) last: a checkpoint
     cut off mid-way has no index and reads as absent, never as a partial policy.
     """
-    files = files_of(policy)
+    return await store_files(log, files_of(policy))
+
+
+async def store_files(log: EventLog, files: Mapping[str, bytes]) -> tuple[str, int]:
+    """``store`` for a checkpoint's files already made (``files_of``)."""
     ver = version_of(files)
     blobs = await log.js.object_store(BLOB_STORE)
     try:

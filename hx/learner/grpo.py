@@ -130,8 +130,8 @@ def grpo_loss(logp: Array, entropy: Array, batch: Mapping[str, ArrayLike],
     """The clipped GRPO loss, sequence-mean-token-mean over valid units, and its aux means."""
     valid = jnp.asarray(batch["mask"]) > 0
     mask = valid.astype(logp.dtype)
-    # Padding may hold anything (NaN included): select it away before any arithmetic, so
-    # neither the loss nor its gradient can pick it up (0 * NaN is NaN).
+    # Padded units may hold any value, non-finite ones too: mask them out with `where` before any
+    # arithmetic, so neither the loss nor its gradient sees them (zero times a non-finite value is not zero).
     logp = jnp.where(valid, logp, 0.0)
     entropy = jnp.where(valid, entropy, 0.0)
     old = jnp.where(valid, jnp.asarray(batch["old_lp"]), 0.0)

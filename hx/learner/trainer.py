@@ -206,7 +206,8 @@ class Learner:
                 if progress:
                     progress(f"update skipped: {exc}")
             else:
-                version, size = await checkpoint.store(self.log, self.policy)
+                files = checkpoint.files_of(self.policy)
+                version, size = await checkpoint.store_files(self.log, files)
                 record = PolicyUpdated(**common, version=version, kind=self.policy.kind, steps=metrics.steps,
                                        samples=len(samples) - skipped["unservable"] - skipped["unit_mismatch"],
                                        groups_used=used, groups_skipped=dropped,
@@ -220,8 +221,7 @@ class Learner:
         self.position.updates.append(record)
         if isinstance(record, PolicyUpdated):
             self.position.version = record.version
-            remember(record.version, checkpoint.from_files(checkpoint.files_of(self.policy), "learner"),
-                     record.version)
+            remember(record.version, checkpoint.from_files(files, "learner"), record.version)
         return record
 
     async def _restore(self, version: str) -> None:
