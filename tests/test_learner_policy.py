@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
+import shutil
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
+import orbax.checkpoint as ocp  # type: ignore[import-untyped]
 import pytest
+from flax import nnx
 from learner_kit import (
     GO,
     SAY,
@@ -28,7 +32,7 @@ from toybench import ACT, ACTIONS, ToyBench, ids
 
 from hx.bench.rollout import Rollout, RolloutSettings
 from hx.harness.config import HarnessConfig
-from hx.learner import checkpoint
+from hx.learner import checkpoint, orbax_params
 from hx.learner.policy import Decision, PolicyError, Unservable, bucket, decisions_of
 from hx.learner.provider import PolicyProvider
 from hx.learner.scorer import ScorerPolicy
@@ -235,6 +239,107 @@ def test_an_unknown_kind_or_setting_names_the_checkpoint_too(tmp_path: Path) -> 
     assert str(tmp_path / "kind") in message
     message = load_error(tmp_path / "key", {**good, "config.json": json.dumps({"kind": "scorer", "depth": 3}).encode()})
     assert "unknown key(s) depth" in message and str(tmp_path / "key") in message
+
+
+@pytest.mark.parametrize("kind", ["scorer", "lm"])
+def test_an_orbax_checkpoint_round_trips_bit_exact_under_the_safetensors_version(tmp_path: Path, kind: str) -> None:
+    policy = perturbed(checkpoint.create(kind, seed=4))
+    ver = checkpoint.save(policy, tmp_path / "o", format="orbax")
+    assert ver == checkpoint.version(policy) == checkpoint.save(policy, tmp_path / "s")
+    side = ["tokenizer.json"] if kind == "lm" else []
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["config.json", "params", *side]
+    assert (tmp_path / "o" / "params").is_dir()
+    loaded = checkpoint.load(tmp_path / "o")
+    assert type(loaded) is type(policy) and loaded.config == policy.config
+    assert checkpoint.files_of(loaded) == checkpoint.files_of(policy)  # byte for byte, safetensors included
+    assert checkpoint.version(loaded) == ver
+    assert loaded.act(conversation(2), (ACT, GO), seed=9) == policy.act(conversation(2), (ACT, GO), seed=9)
+    # Saving over a checkpoint of the other form replaces it: the directory holds one checkpoint.
+    assert checkpoint.save(loaded, tmp_path / "s", format="orbax") == ver
+    assert not (tmp_path / "s" / "model.safetensors").exists()
+    assert checkpoint.save(checkpoint.load(tmp_path / "s"), tmp_path / "o") == ver
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["config.json", "model.safetensors", *side]
+    assert checkpoint.files_of(checkpoint.load(tmp_path / "o")) == checkpoint.files_of(policy)
+
+
+def test_an_orbax_checkpoint_written_with_orbax_itself_loads(tmp_path: Path) -> None:
+    policy = perturbed(checkpoint.create("scorer", {"dim": 8, "hidden": 16}), seed=3)
+    files = checkpoint.files_of(policy)
+    state = nnx.state(policy.model, nnx.Param)
+    # The pure dict (our layout) and the nnx.State itself (flax's checkpointing guide: leaves under "value").
+    for name, tree in (("pure", nnx.to_pure_dict(state)), ("state", state)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_bytes(files["config.json"])
+        with ocp.StandardCheckpointer() as ckptr:
+            ckptr.save((tmp_path / name / "params").absolute(), tree)
+        loaded = checkpoint.load(tmp_path / name)
+        assert checkpoint.files_of(loaded) == files and checkpoint.version(loaded) == checkpoint.version(policy)
+
+
+async def test_policy_spec_serves_an_orbax_checkpoint_directory(tmp_path: Path) -> None:
+    policy = perturbed(checkpoint.create("scorer", {"dim": 8, "hidden": 16}), seed=8)
+    ver = checkpoint.save(policy, tmp_path / "orbax-ckpt", format="orbax")
+    served, served_ver = await PolicyProvider(str(tmp_path / "orbax-ckpt")).policy()  # inside a running loop
+    assert served_ver == ver and checkpoint.files_of(served) == checkpoint.files_of(policy)
+
+
+def test_a_bad_orbax_checkpoint_is_a_policy_error_naming_the_problem(tmp_path: Path) -> None:
+    policy = checkpoint.create("scorer", {"dim": 8, "hidden": 16})
+    good = tmp_path / "good"
+    checkpoint.save(policy, good, format="orbax")
+    params = nnx.to_pure_dict(nnx.state(policy.model, nnx.Param))
+
+    def broken(name: str, damage: Callable[[Path], object]) -> str:
+        """Copy the good checkpoint to ``name``, damage it; the PolicyError loading it raises (one line)."""
+        path = tmp_path / name
+        shutil.copytree(good, path)
+        damage(path)
+        with pytest.raises(PolicyError) as caught:
+            checkpoint.load(path)
+        message = str(caught.value)
+        assert message.startswith(f"checkpoint {str(path)!r}: ") and "\n" not in message, message
+        assert "Traceback" not in message and "tensorstore_spec" not in message
+        return message
+
+    def instead(make: Callable[[Path], object]) -> Callable[[Path], None]:
+        """A damage: ``params/`` deleted, then ``make(params/)``."""
+        def damage(path: Path) -> None:
+            shutil.rmtree(path / "params")
+            make(path / "params")
+        return damage
+
+    def rewritten(tree: dict[str, Any]) -> Callable[[Path], None]:
+        """A damage: ``params/`` written anew by orbax, with ``tree``."""
+        return instead(lambda params: orbax_params.write(tree, params))
+
+    def data_file(path: Path) -> Path:
+        """The biggest file of the checkpoint's OCDBT data: the tensors."""
+        return max((p for p in (path / "params").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+    assert "holds both model.safetensors and params/ (Orbax); keep one" in broken(
+        "both", lambda p: (p / "model.safetensors").write_bytes(checkpoint.files_of(policy)["model.safetensors"]))
+    assert "no model.safetensors and no params/ (Orbax)" in broken("neither", lambda p: shutil.rmtree(p / "params"))
+    assert "params is not a directory" in broken("file", instead(lambda params: params.write_bytes(b"x")))
+    assert "no config.json" in broken("noconfig", lambda p: (p / "config.json").unlink())
+    message = broken("badmeta", lambda p: (p / "params" / "_METADATA").write_bytes(b"{"))
+    assert "params/ (Orbax) does not load (at tensor 'context/bias'): JSONDecodeError" in message
+    message = broken("nomanifest", lambda p: (p / "params" / "manifest.ocdbt").unlink())
+    assert "params/ (Orbax) does not load" in message and "NOT_FOUND" in message
+    message = broken("nodata", lambda p: data_file(p).unlink())
+    assert "params/ (Orbax) does not load (at tensor" in message
+    message = broken("cut", lambda p: data_file(p).write_bytes(data_file(p).read_bytes()[:1000]))
+    assert "params/ (Orbax) does not load (at tensor" in message
+    message = broken("empty", instead(Path.mkdir))
+    assert "params/ (Orbax) does not load (at tensor 'context/bias')" in message
+    lacking = {k: v for k, v in params.items() if k != "prior"}
+    assert "the weights lack tensor 'prior/bias'" in broken("lacking", rewritten(lacking))
+    shape = {**params, "embed": {"embedding": np.zeros((10, 8), np.float32)}}
+    message = broken("shape", rewritten(shape))  # orbax would pad it to the model's shape: checked as stored
+    assert "tensor 'embed/embedding' is float32[10, 8], the model wants float32[4096, 8]" in message
+    dtype = {**params, "embed": {"embedding": np.zeros((4096, 8), np.float16)}}
+    assert "tensor 'embed/embedding' is float16[4096, 8]" in broken("dtype", rewritten(dtype))
+    with pytest.raises(ValueError, match="checkpoint format 'npz'"):
+        checkpoint.save(policy, tmp_path / "npz", format="npz")  # type: ignore[arg-type]
 
 
 async def test_store_and_fetch_through_the_object_store(log: EventLog) -> None:

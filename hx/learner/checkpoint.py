@@ -6,15 +6,23 @@ A checkpoint is ``config.json`` (the kind and its settings), ``model.safetensors
 weights always have the same version wherever they were saved, and a policy's responses
 name exactly the parameters that produced them. In the object store each file is the blob
 ``policy/<version>/<file>``; ``fetch`` rebuilds a policy from them and checks the version.
+
+On disk the weights may instead be in Orbax form: ``config.json``, the side files and a
+directory ``params/`` holding an ``orbax.checkpoint`` pytree checkpoint of the pure dict of
+``nnx.state(model, nnx.Param)`` (``save(..., format="orbax")`` writes one; one written from an
+``nnx.State``, leaves under ``value``, loads too; see ``orbax_params``). The version stays
+that of the canonical files above, so a policy has the same version in either form. A
+directory holding both forms, or neither, does not load.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from flax import nnx
@@ -22,12 +30,14 @@ from nats.js.errors import NotFoundError, ObjectNotFoundError
 from safetensors.numpy import load as load_tensors
 from safetensors.numpy import save as save_tensors
 
+from hx.learner import orbax_params
 from hx.learner.policy import Policy, PolicyError, policy_kind
 from streams.log import EventLog
 from streams.topology import BLOB_STORE
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
+PARAMS = "params"
 _CHUNK = 1024 * 1024
 
 
@@ -81,11 +91,10 @@ def version(policy: Policy) -> str:
     return version_of(files_of(policy))
 
 
-def from_files(files: Mapping[str, bytes], where: str) -> Policy:
-    """A policy rebuilt from a checkpoint's files; ``PolicyError`` naming ``where`` and what is wrong."""
-    for name in (CONFIG, WEIGHTS):
-        if name not in files:
-            raise PolicyError(f"{where}: no {name}")
+def _built(files: Mapping[str, bytes], where: str) -> Policy:
+    # a fresh policy of the config's kind and settings, with the side files; its weights are set next
+    if CONFIG not in files:
+        raise PolicyError(f"{where}: no {CONFIG}")
     try:
         config = json.loads(files[CONFIG])
     except ValueError as exc:
@@ -94,35 +103,71 @@ def from_files(files: Mapping[str, bytes], where: str) -> Policy:
         raise PolicyError(f"{where}: {CONFIG} names no policy kind")
     side = {k: v for k, v in files.items() if k not in (CONFIG, WEIGHTS)}
     try:
-        policy = policy_kind(config["kind"]).build(config, side, seed=0)
+        return policy_kind(config["kind"]).build(config, side, seed=0)
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc}") from None
-    try:
-        tensors = load_tensors(files[WEIGHTS])
-    except Exception as exc:  # noqa: BLE001 - safetensors raises several kinds for a damaged file
-        raise PolicyError(f"{where}: {WEIGHTS} does not load: {exc}") from None
+
+
+def _with_params(policy: Policy, tensors: Mapping[str, np.ndarray], where: str) -> Policy:
+    # every Param of the model from ``tensors`` (by ``/``-joined path), checked against the model
     state = nnx.state(policy.model, nnx.Param)
     nnx.replace_by_pure_dict(state, _replace(nnx.to_pure_dict(state), tensors, where))
     nnx.update(policy.model, state)
     return policy
 
 
-def save(policy: Policy, directory: str | Path) -> str:
-    """Write a policy to a checkpoint directory; its version."""
+def from_files(files: Mapping[str, bytes], where: str) -> Policy:
+    """A policy rebuilt from a checkpoint's files; ``PolicyError`` naming ``where`` and what is wrong."""
+    for name in (CONFIG, WEIGHTS):
+        if name not in files:
+            raise PolicyError(f"{where}: no {name}")
+    policy = _built(files, where)
+    try:
+        tensors = load_tensors(files[WEIGHTS])
+    except Exception as exc:  # noqa: BLE001 - safetensors raises several kinds for a damaged file
+        raise PolicyError(f"{where}: {WEIGHTS} does not load: {exc}") from None
+    return _with_params(policy, tensors, where)
+
+
+def save(policy: Policy, directory: str | Path, *, format: Literal["safetensors", "orbax"] = "safetensors") -> str:
+    """Write a policy to a checkpoint directory, its weights as safetensors or Orbax; its version (the same for both).
+
+    The other form's weights, if the directory held them, are removed: the directory holds one checkpoint.
+    """
+    if format not in ("safetensors", "orbax"):
+        raise ValueError(f"checkpoint format {format!r}: expected 'safetensors' or 'orbax'")
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     files = files_of(policy)
+    if format == "orbax":
+        orbax_params.write(nnx.to_pure_dict(nnx.state(policy.model, nnx.Param)), path / PARAMS)
+        (path / WEIGHTS).unlink(missing_ok=True)
+    elif (path / PARAMS).is_dir():
+        shutil.rmtree(path / PARAMS)
     for name, data in files.items():
-        (path / name).write_bytes(data)
+        if not (name == WEIGHTS and format == "orbax"):
+            (path / name).write_bytes(data)
     return version_of(files)
 
 
 def load(directory: str | Path) -> Policy:
-    """A policy from a checkpoint directory; ``PolicyError`` when it does not load."""
+    """A policy from a checkpoint directory, safetensors or Orbax form; ``PolicyError`` when it does not load."""
     path = Path(directory)
+    where = f"checkpoint {str(path)!r}"
     if not path.is_dir():
-        raise PolicyError(f"checkpoint {str(path)!r} is not a directory")
-    return from_files({p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}, f"checkpoint {str(path)!r}")
+        raise PolicyError(f"{where} is not a directory")
+    files = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    if not (path / PARAMS).exists():
+        if WEIGHTS not in files:
+            raise PolicyError(f"{where}: no {WEIGHTS} and no {PARAMS}/ (Orbax)")
+        return from_files(files, where)
+    if WEIGHTS in files:
+        raise PolicyError(f"{where}: holds both {WEIGHTS} and {PARAMS}/ (Orbax); keep one")
+    if not (path / PARAMS).is_dir():
+        raise PolicyError(f"{where}: {PARAMS} is not a directory (Orbax params are one)")
+    policy = _built(files, where)
+    like = nnx.to_pure_dict(nnx.state(policy.model, nnx.Param))
+    return _with_params(policy, _flat(orbax_params.read(path / PARAMS, like, where)), where)
 
 
 def create(kind: str, config: Mapping[str, Any] | None = None, *, seed: int = 0) -> Policy:
