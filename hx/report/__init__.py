@@ -1,0 +1,1 @@
+"""Reports: a run as figures and one self-contained HTML page."""
