@@ -142,7 +142,12 @@ def main() -> None:
     began = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {seed: pool.submit(compare, data / f"seed-{seed}", seed, args) for seed in args.seeds}
-        results = {seed: f.result() for seed, f in futures.items()}
+        results, failed = {}, {}
+        for seed, future in futures.items():
+            try:
+                results[seed] = future.result()
+            except SystemExit as exc:  # one seed's failed run: the other seeds' figures still count
+                failed[seed] = str(exc)
     held = f"{args.heldout_tasks} test tasks per game, k=2"
     for seed, (table, lines) in results.items():
         print_table(f"seed {seed}: held-out pass@2 ({held}), {lines[0]}", table)
@@ -150,7 +155,11 @@ def main() -> None:
     if len(results) > 1:
         print_table(f"mean over seeds {', '.join(map(str, results))}: held-out pass@2 ({held})",
                     mean([t for t, _ in results.values()]))
+    for seed, why in failed.items():
+        print(f"seed {seed}: no figures: {why} (resume it with hx coevolve --resume RUN on its log)")
     print(f"{time.perf_counter() - began:.0f}s in all")
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from hx_cli import error_line, hx, ok
 from learner_kit import expected_pass, learn_records, model_turns, perturbed
 from toybench import ToyBench, ids
 
+from hx.aegis.loop import Evolution
 from hx.bench.rollout import Rollout, RolloutSettings, SplitRole
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint
@@ -33,6 +34,7 @@ from hx.learner.provider import PolicyProvider
 from hx.learner.trainer import Learner, LearnerSettings, learn_subject
 from hx.runtime.models import ModelConfig
 from projections.replay_buffer import trajectories
+from schemas.errors import HxError
 from schemas.learn import PolicyInitialised, PolicyUpdated, UpdateSkipped
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -463,6 +465,28 @@ def test_hx_coevolve_stops_when_its_rollout_budget_is_spent(nats_url: str, tmp_p
     [row] = report["rounds"]  # 8 attempts in round 0 spend the budget of 5: no round 1
     assert row["rollouts"] == 8 and report["status"] == "completed" and len(report["learner"]) == 1
     assert report["heldout_after"]["round"] == 0
+
+
+@pytest.mark.slow
+def test_a_coevolution_resumed_after_spending_its_budget_starts_no_new_round(nats_url: str, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    common = ("--nats-url", nats_url, "--data-dir", str(tmp_path), "coevolve")
+    real = Evolution.heldout
+
+    async def failing(self: Evolution, after: int) -> Any:
+        if after >= 0:  # the run dies after deciding the round that spent its budget, as a lost server would end it
+            raise HxError("the server went away")
+        return await real(self, after)
+
+    monkeypatch.setattr(Evolution, "heldout", failing)
+    assert "the server went away" in error_line(hx(*common, "--mode", "model", "--bench", "toyworld:rooms", "--tasks",
+                                                   "4", "--heldout-tasks", "2", "--rounds", "3", "--max-steps", "30",
+                                                   "--budget", "5", "--run-id", "co-spent", "--json"))
+    monkeypatch.undo()
+    report = json.loads(ok(hx(*common, "--resume", "co-spent", "--json")).stdout)
+    [row] = report["rounds"]  # round 0's 8 attempts spent the budget of 5: the resumed run goes to its held-out
+    assert row["rollouts"] == 8 and report["status"] == "completed" and report["heldout_after"]["round"] == 0
+    assert len(report["learner"]) == 1
 
 
 @pytest.mark.slow

@@ -84,6 +84,10 @@ class Coevolution:
         if self.settings.mode != "harness":
             await self._update()
             self._use()
+        return self.spent()
+
+    def spent(self) -> str:
+        """Why no new round may start: the rollout budget is spent (empty while it is not)."""
         budget = self.settings.budget
         if budget and self.rollouts >= budget:
             return f"rollout budget spent ({self.rollouts:,} of {budget:,} attempts)"

@@ -80,6 +80,8 @@ class Evolution:
     approver: Approver | None = None
     after_round: Callable[[RoundDecided], Awaitable[str]] | None = None
     """Called after each decided round (co-evolution's learner update); a non-empty answer ends the run, as reason."""
+    spent: Callable[[], str] | None = None
+    """Checked before a round starts (a resumed run's spent rollout budget); a non-empty answer ends the run."""
     progress: Progress = field(default_factory=Progress)
     seconds: dict[int, float] = field(default_factory=dict)
     _folded: tuple[int, LedgerEvent, RunState] | None = field(default=None, init=False, repr=False)
@@ -121,6 +123,9 @@ class Evolution:
         status: Literal["completed", "patience"] = "completed"
         reason = f"ran {self.settings.rounds} round(s)"
         while (t := self.state().next_round) < self.settings.rounds:
+            if self.spent is not None and (stop := self.spent()):
+                reason = stop  # a run resumed after its last round spent the budget starts no new round
+                break
             self.progress.round(t)
             began = time.perf_counter()
             decision = await self.round(t)
