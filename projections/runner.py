@@ -5,33 +5,43 @@ an event at or before it is skipped, so replaying a range twice changes nothing.
 Checkpoints pair a state snapshot in the object store with the position in the KV
 bucket (snapshot first, position second): a runner killed at any moment restarts
 from its last checkpoint and reaches the same state as one that never stopped.
+
+Time travel (``as_of``) folds a fresh runner up to a position from the nearest sound as-of
+snapshot (``projections.snapshots``) or checkpoint at or before it, stores the snapshot at
+the last multiple of ``snapshot_every`` on its way, and never writes the checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import msgspec
 import nats.errors
-from nats.js.api import ObjectMeta, ObjectMetaOptions
 from nats.js.errors import KeyNotFoundError, NotFoundError, ObjectNotFoundError
 
 from projections.base import Projection, state_digest
+from projections.snapshots import SNAPSHOT_EVERY, Snapshots, put_blob
 from schemas.envelope import Record
+from schemas.errors import HxError
 from streams.log import EventLog
 from streams.topology import BLOB_STORE, POSITIONS_BUCKET
 
 S = TypeVar("S")
 Position = tuple[int, int]
-SNAPSHOT_CHUNK = 1024 * 1024
-"""Object-store chunk size of snapshots (capped by the server's max payload). nats-py sends an
-object's chunks one acknowledged publish at a time, 128 KiB each by default: 1 MiB chunks cut
-a multi-megabyte snapshot's round trips eightfold (a 7 MB put: ~60-100 ms down to ~30 ms)."""
 START: Position = (0, 0)
+_WHOLE = 2**31
+"""A frame index past any real one: a snapshot at sequence ``s`` holds every event of message ``s``."""
+
+
+class AsOfError(HxError):
+    """A time-travel position that is not on the projection's stream."""
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
@@ -46,15 +56,34 @@ class Checkpoint(msgspec.Struct, frozen=True):
     digest: str
 
 
+@dataclass
+class AsOfFold(Generic[S]):
+    """A projection's state as of a position, and what folding it cost."""
+
+    state: S
+    position: Position
+    digest: str
+    start: int
+    """The sequence the fold started after (0: the log's beginning)."""
+    start_kind: str
+    """``start``, ``snapshot``, ``checkpoint`` or ``runner`` (the runner's own state)."""
+    folded: int
+    """Events applied by this fold."""
+    written: int
+    """As-of snapshots this fold stored."""
+
+
 class ProjectionRunner(Generic[S]):
     """Keeps one projection's state and position, on the log's KV bucket and object store."""
 
     def __init__(self, log: EventLog, projection: Projection[S], *, checkpoint_every: int = 200_000,
-                 batch: int = 1000) -> None:
+                 batch: int = 1000, snapshot_every: int = SNAPSHOT_EVERY) -> None:
         self.log = log
         self.projection = projection
         self.checkpoint_every = checkpoint_every
         self.batch = batch
+        self.snapshot_every = snapshot_every
+        """Stream messages between two as-of snapshots (``as_of`` stores them at its multiples)."""
         self.state: S = projection.initial()
         self.position: Position = START
         self.applied = 0
@@ -135,12 +164,60 @@ class ProjectionRunner(Generic[S]):
         return await self.catch_up(progress=progress)
 
     async def as_of(self, position: int) -> S:
-        """The state as of log sequence ``position`` (inclusive), folded afresh; touches no checkpoint."""
-        fresh: ProjectionRunner[S] = ProjectionRunner(self.log, self.projection, batch=self.batch)
-        async for record in self.log.read(self.projection.stream, start=1, stop=position,
-                                          subjects=self.projection.subjects, batch=self.batch):
-            fresh.apply(record)
-        return fresh.state
+        """The state as of stream sequence ``position`` (inclusive); this runner and its checkpoint are untouched."""
+        return (await self.fold_as_of(position)).state
+
+    async def fold_as_of(self, position: int, *, keep: bool = True) -> AsOfFold[S]:
+        """``as_of`` and what it cost: folded from the nearest sound start at or before ``position``.
+
+        The start is the nearest of: this runner's own state (copied) when its position is at
+        or before ``position``, its stored checkpoint, and a sound as-of snapshot; else
+        sequence 1. With ``keep`` the fold stores one as-of snapshot, at the last multiple of
+        ``snapshot_every`` at or before ``position`` when it starts before it, for the folds
+        after it. The checkpoint is read (a start point), never written.
+        """
+        stream = self.projection.stream
+        last = await self.log.last_seq(stream)
+        if not 0 <= position <= last:
+            raise AsOfError(f"position {position} is not on {stream} (sequences 1..{last})")
+        here = self.position[0] if self.position > START and self.position[0] <= position else 0
+        # Copied now, before any await: a runner following the log may move on while we read snapshots.
+        # The copy keeps its key order (a snapshot's canonical encoding would sort the keys) and its
+        # shared parts shared.
+        mine = (copy.deepcopy(self.state), self.position, self.applied) if here else None
+        fresh = self._fresh()
+        snapshots = Snapshots(self.log, self.projection)
+        start, kind = 0, "start"
+        found = await snapshots.load(position, above=here)
+        if found is not None:
+            ref, state = found
+            fresh.state, fresh.position, fresh.applied = state, (ref.seq, _WHOLE), ref.applied
+            start, kind = ref.seq, "snapshot"
+        cp = await self._read_checkpoint()
+        if cp is not None and cp.version == self.projection.version and max(start, here) < cp.seq <= position:
+            probe = self._fresh()
+            await probe.load()
+            if probe.resumed_from is not None:  # a checkpoint that verifies: start from it
+                fresh, start, kind = probe, cp.seq, "checkpoint"
+        if mine is not None and here >= start:  # the runner itself is nearest (no snapshot or checkpoint is)
+            fresh.state, fresh.position, fresh.applied = mine
+            start, kind = here, "runner"
+        before, written = fresh.applied, 0
+        boundary = position // self.snapshot_every * self.snapshot_every
+        if keep and boundary > start:
+            # One snapshot per fold, the nearest below the position: a fold then costs a rebuild stopped at
+            # the position plus one write (writing every boundary passed cost more than it saved when
+            # measured), and repeated folds near a point start from it.
+            await fresh.catch_up(stop=boundary, checkpoint=False)
+            await snapshots.store(boundary, fresh.applied, fresh.state)
+            written = 1
+        await fresh.catch_up(stop=position, checkpoint=False)
+        return AsOfFold(fresh.state, fresh.position, fresh.digest, start, kind, fresh.applied - before, written)
+
+    def _fresh(self) -> ProjectionRunner[S]:
+        """A runner of the same projection at the start that never checkpoints: time travel folds in it."""
+        return ProjectionRunner(self.log, self.projection, checkpoint_every=sys.maxsize, batch=self.batch,
+                                snapshot_every=self.snapshot_every)
 
     # --- checkpoints --------------------------------------------------------------------
 
@@ -150,17 +227,16 @@ class ProjectionRunner(Generic[S]):
     async def checkpoint(self) -> Checkpoint:
         """Store the state snapshot, then point the position at it; drop the previous snapshot."""
         kv = await self.log.js.key_value(POSITIONS_BUCKET)
-        store = await self.log.js.object_store(BLOB_STORE)
         previous = await self._read_checkpoint()
         name = self._snapshot_name(self.position)
         # Always (re)write the snapshot: one stored under this name may be torn or missing.
         data = self.projection.encode(self.state)
-        chunk = min(SNAPSHOT_CHUNK, getattr(self.log.nc, "max_payload", 0) or SNAPSHOT_CHUNK)
-        await store.put(name, data, meta=ObjectMeta(name=name, options=ObjectMetaOptions(max_chunk_size=chunk)))
+        await put_blob(self.log, name, data)
         cp = Checkpoint(self.position[0], self.position[1], self.projection.version, self.applied, name,
                         self._digest_of(data))
         await kv.put(self.projection.name, msgspec.msgpack.encode(cp))
         if previous is not None and previous.snapshot != name:
+            store = await self.log.js.object_store(BLOB_STORE)
             with contextlib.suppress(NotFoundError, ObjectNotFoundError):
                 await store.delete(previous.snapshot)
         return cp

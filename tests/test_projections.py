@@ -20,8 +20,9 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
-from projections.base import Projection
-from projections.runner import START, Checkpoint, ProjectionRunner
+from projections.base import Projection, state_digest
+from projections.runner import START, AsOfError, Checkpoint, ProjectionRunner
+from projections.snapshots import Snapshots, snapshot_name
 from projections.task_history import TaskHistory, TaskRound, pass_at_k, round_key
 from projections.testing import (
     ProjectionKit,
@@ -646,6 +647,82 @@ async def test_as_of_leaves_the_checkpoint_and_state_alone(conn: Connection, wri
     restored = ProjectionRunner(conn.log, TraceStore())
     assert await restored.load() == position
     assert restored.digest == digest
+
+
+async def stopped_at(log: EventLog, projection: Projection[Any], seq: int) -> ProjectionRunner[Any]:
+    """A runner that folded from sequence 1 up to ``seq`` (a rebuild stopped there), checkpointing nothing."""
+    runner: ProjectionRunner[Any] = ProjectionRunner(log, projection)
+    await runner.catch_up(stop=seq, checkpoint=False)
+    return runner
+
+
+@pytest.mark.parametrize("name", PROJECTIONS)
+async def test_as_of_cold_and_from_a_snapshot_equals_a_rebuild_stopped_there(conn: Connection, written: LogPlan,
+                                                                             name: str) -> None:
+    proj = PROJECTIONS[name]()
+    middle = await conn.log.last_seq() // 2 + 1
+    every = max(1, middle // 3)
+    boundary = middle // every * every
+    stopped = await stopped_at(conn.log, proj, middle)
+    travel: ProjectionRunner[Any] = ProjectionRunner(conn.log, proj, snapshot_every=every)
+    assert await Snapshots(conn.log, proj).index() == []
+    # Cold: no snapshot yet, so as_of folds from sequence 1 and stores one at the last multiple before it.
+    assert state_digest(await travel.as_of(middle)) == stopped.digest
+    [ref] = await Snapshots(conn.log, proj).index()
+    assert ref.seq == boundary and ref.digest == (await stopped_at(conn.log, proj, boundary)).digest
+    # Warm: as_of starts from that snapshot and folds only what lies after it.
+    assert state_digest(await travel.as_of(middle)) == stopped.digest
+    warm = await travel.fold_as_of(middle)
+    assert (warm.digest, warm.start_kind, warm.start, warm.written) == (stopped.digest, "snapshot", boundary, 0)
+    assert warm.folded == stopped.applied - ref.applied
+    # A point past the snapshot folds from it too; neither the runner nor any checkpoint changed.
+    last = await conn.log.last_seq()
+    late = await travel.fold_as_of(last)
+    assert late.digest == (await stopped_at(conn.log, proj, last)).digest and late.start_kind == "snapshot"
+    assert (travel.position, travel.applied, travel.state) == (START, 0, proj.initial())
+    assert await travel.status() is None
+
+
+@pytest.mark.parametrize("blob", ["torn", "another state"])
+async def test_as_of_skips_a_snapshot_that_does_not_verify(conn: Connection, written: LogPlan, blob: str) -> None:
+    proj = TraceStore()
+    last = await conn.log.last_seq()
+    every = max(1, last // 4)
+    travel: ProjectionRunner[Any] = ProjectionRunner(conn.log, proj, snapshot_every=every)
+    await travel.as_of(2 * every)
+    await travel.as_of(3 * every)
+    assert [r.seq for r in await Snapshots(conn.log, proj).index()] == [2 * every, 3 * every]
+    store = await conn.js.object_store(BLOB_STORE)
+    bad = b"\x00torn" if blob == "torn" else proj.encode(proj.initial())  # decodes, but to the wrong digest
+    await store.put(snapshot_name(proj, 3 * every), bad)
+    fold = await travel.fold_as_of(3 * every)
+    assert (fold.start_kind, fold.start) == ("snapshot", 2 * every)  # the bad one skipped for the sound one
+    assert fold.digest == (await stopped_at(conn.log, proj, 3 * every)).digest
+    assert fold.written == 1  # ... and stored again, sound: the next fold starts from it
+    assert (await travel.fold_as_of(3 * every)).start == 3 * every
+
+
+async def test_as_of_starts_from_the_runner_or_its_checkpoint_when_nearer(conn: Connection,
+                                                                         written: LogPlan) -> None:
+    last = await conn.log.last_seq()
+    runner = ProjectionRunner(conn.log, TaskHistory(), snapshot_every=last + 1)  # no as-of snapshot at all
+    await runner.catch_up(stop=last // 2)
+    kv = await conn.js.key_value(POSITIONS_BUCKET)
+    entry = await kv.get(TaskHistory.name)
+    expected = (await stopped_at(conn.log, TaskHistory(), last - 1)).digest
+    mine = await runner.fold_as_of(last - 1)  # the runner itself is at last // 2: a copy of its state
+    assert (mine.start_kind, mine.start, mine.written, mine.digest) == ("runner", last // 2, 0, expected)
+    assert runner.position[0] == last // 2
+    other = ProjectionRunner(conn.log, TaskHistory(), snapshot_every=last + 1)  # nothing in memory: the checkpoint
+    fold = await other.fold_as_of(last - 1)
+    assert (fold.start_kind, fold.start, fold.written, fold.digest) == ("checkpoint", last // 2, 0, expected)
+    before = await runner.fold_as_of(last // 2 - 1)  # runner and checkpoint are past this point: not a start
+    assert before.start_kind == "start"
+    assert before.digest == (await stopped_at(conn.log, TaskHistory(), last // 2 - 1)).digest
+    again = await kv.get(TaskHistory.name)
+    assert (again.revision, again.value) == (entry.revision, entry.value)
+    with pytest.raises(AsOfError, match=f"position {last + 1} is not on HX_TRACE"):
+        await runner.as_of(last + 1)
 
 
 # --- the trace store -------------------------------------------------------------------------------

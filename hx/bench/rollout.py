@@ -273,7 +273,9 @@ class Rollout:
         s = self.settings
         config: dict[str, Any] = {
             "benchmarks": sorted(self.benchmarks), "model": msgspec.to_builtins(self.models),
-            "harness": self.harness_source, "harness_digest": self.harness.digest, "attempts": s.attempts,
+            "harness": self.harness_source, "harness_digest": self.harness.digest,
+            # the whole harness, so a replay never depends on a file that may have changed since
+            "harness_config": self.harness.to_dict(), "attempts": s.attempts,
             "concurrency": s.concurrency, "max_steps": s.max_steps, "seed": s.seed, "timeout_s": s.timeout_s,
         }
         if self.splits is not None:

@@ -19,6 +19,7 @@ import nats.errors
 
 from hx.cli._app import EXIT_TERMINATED, App, Terminated
 from hx.cli.approve import approve_command
+from hx.cli.audit import audit_group, ledger_command
 from hx.cli.coevolve import coevolve_command
 from hx.cli.demo import demo
 from hx.cli.evolve import evolve_command
@@ -27,8 +28,12 @@ from hx.cli.integrity import accept_loss, verify
 from hx.cli.learn import learn_command
 from hx.cli.log import log_group
 from hx.cli.projections import projections_group
+from hx.cli.replay import fork_command, replay_command
+from hx.cli.report import report_command
 from hx.cli.run import run_command
 from hx.cli.server import server
+from hx.cli.timetravel import bisect_command, diff_command, regressions_command, state_command
+from hx.cli.trace import trace_command
 from hx.logging import configure_logging
 from schemas.errors import HxError
 from streams.config import NatsSettings
@@ -92,13 +97,23 @@ log_group.add_command(verify)
 log_group.add_command(accept_loss)
 cli.add_command(log_group)
 cli.add_command(projections_group)
+cli.add_command(trace_command)
 cli.add_command(demo)
 cli.add_command(run_command)
 cli.add_command(evolve_command)
 cli.add_command(coevolve_command)
 cli.add_command(learn_command)
 cli.add_command(approve_command)
+cli.add_command(ledger_command)
+cli.add_command(audit_group)
 cli.add_command(export_command)
+cli.add_command(replay_command)
+cli.add_command(fork_command)
+cli.add_command(report_command)
+cli.add_command(state_command)
+cli.add_command(regressions_command)
+cli.add_command(diff_command)
+cli.add_command(bisect_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,8 @@
-"""``hx projections``: list the read models, show their checkpoints, rebuild or run them."""
+"""``hx projections``: list the read models and plugins, show their checkpoints, rebuild or run them.
+
+A projection is named by its registered name (built-in or an installed ``hx.projections``
+entry point) or as ``module:Class`` / ``path/to/file.py:Class`` (``projections.plugins``).
+"""
 
 from __future__ import annotations
 
@@ -13,12 +17,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hx.cli._app import App, named_projection, pass_app, quarantine_note, run, stderr_console, stdout_console
-from projections.registry import PROJECTIONS
-from projections.runner import ProjectionRunner
+from hx.replay.timetravel import AsOf, TimeTravelError, parse_as_of, run_marks
+from projections.base import Projection
+from projections.otel_spans import ExportFailed, OtelSpans, SpanExportRunner, otlp_exporter
+from projections.registry import BUILTINS, PROJECTIONS, available
+from projections.runner import START, ProjectionRunner
+from schemas.errors import HxError
+from streams.log import EventLog
+from streams.redaction import scrub
 
 log = structlog.get_logger("hx.cli")
 _UPDATES = 200
 """Progress bar updates per run: rich's per-update cost would dominate a fold of cheap events."""
+_WHOLE = 2**31
+"""A frame index past any real one: position ``(seq, _WHOLE)`` has seen all of message ``seq``."""
 
 
 @click.group("projections")
@@ -28,12 +40,21 @@ def projections_group() -> None:
 
 @projections_group.command("list")
 def list_projections() -> None:
-    """List projections: name, stream, event types read, version."""
+    """List projections: name, stream, event types read, version, and where each comes from.
+
+    Built-in ones first, then plugins installed under the ``hx.projections`` entry point;
+    an entry point that cannot be loaded is reported on stderr.
+    """
+    found, broken = available()
     table = Table("name", "stream", "reads", "version", box=None, header_style="bold")
-    for name, cls in sorted(PROJECTIONS.items()):
+    table.add_column("source", no_wrap=True)  # a plugin's module:Class stays copyable
+    for name, cls in sorted(found.items(), key=lambda item: (item[0] not in BUILTINS, item[0])):
         reads = ", ".join(sorted(cls.reads)) if cls.reads else "all"
-        table.add_row(name, cls.stream, reads, str(cls.version))
+        source = "built-in" if name in BUILTINS else f"plugin {cls.__module__}:{cls.__qualname__}"
+        table.add_row(name, cls.stream, reads, str(cls.version), source)
     stdout_console().print(table)
+    for name, reason in sorted(broken.items()):
+        click.echo(f"warning: entry point {name!r} skipped: {reason}", err=True)
 
 
 @projections_group.command("status")
@@ -42,27 +63,31 @@ def list_projections() -> None:
 def status(app: App, name: str | None) -> None:
     """Show checkpoints: position, events applied, digest, lag.
 
+    NAME may be a built-in, an installed plugin or ``module:Class``. Without NAME: every
+    built-in read model, and the other projections (exports, plugins) that have a checkpoint.
     The lag is how many messages the log's end is past the checkpoint.
     """
-    names = [name] if name else sorted(PROJECTIONS)
+    names = [name] if name else sorted(available()[0])
     for n in names:
         named_projection(n)  # fail on an unknown name before connecting
-    run(_status(app, names))
+    run(_status(app, names, every=name is None))
 
 
-async def _status(app: App, names: list[str]) -> None:
+async def _status(app: App, names: list[str], every: bool = False) -> None:
     async with app.connect() as conn:
         for name in names:
             proj = named_projection(name)
             runner: ProjectionRunner[Any] = ProjectionRunner(conn.log, proj)
             cp = await runner.status()
+            if cp is None and every and name not in PROJECTIONS:
+                continue  # an export or plugin never run here is not news
             end = await conn.log.last_seq(proj.stream)
-            click.echo(f"{name} (v{proj.version}, {proj.stream} at {end})")
+            click.echo(f"{proj.name} (v{proj.version}, {proj.stream} at {end})")
             if cp is None:
                 click.echo("  no checkpoint: never run (`hx projections rebuild` builds it)")
                 continue
             behind = max(0, end - cp.seq)
-            click.echo(f"  position  {cp.seq}.{cp.index}")
+            click.echo(f"  position  {_position((cp.seq, cp.index))}")
             click.echo(f"  applied   {cp.applied} events")
             click.echo(f"  behind    {behind} message(s)" if behind else "  behind    0 (up to date)")
             click.echo(f"  digest    {cp.digest}")
@@ -88,9 +113,14 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
         yield update
 
 
+def _position(pos: tuple[int, int]) -> str:
+    """``seq.index``; a position set by ``--from`` (past any frame index) shows as its sequence."""
+    return f"{pos[0]}" if pos[1] >= _WHOLE else f"{pos[0]}.{pos[1]}"
+
+
 def _summary(runner: ProjectionRunner[Any], elapsed: float, applied: int) -> None:
     rate = applied / elapsed if elapsed > 0 else 0.0
-    click.echo(f"{runner.projection.name}: position {runner.position[0]}.{runner.position[1]}, "
+    click.echo(f"{runner.projection.name}: position {_position(runner.position)}, "
                f"{runner.applied} events applied")
     click.echo(f"  digest    {runner.digest}")
     click.echo(f"  folded    {applied} events in {elapsed:.2f}s ({rate:,.0f} events/s)")
@@ -98,11 +128,38 @@ def _summary(runner: ProjectionRunner[Any], elapsed: float, applied: int) -> Non
 
 @projections_group.command("rebuild")
 @click.argument("name")
+@click.option("--as-of", "as_of", default=None, metavar="ROUND|SEQ",
+              help="Fold only up to rN (round N of --run) or a sequence of the projection's stream, from the nearest "
+                   "snapshot at or before it; the checkpoint is left as it is.")
+@click.option("--run", "run_id", default=None, metavar="RUN", help="The run whose round --as-of rN names.")
 @pass_app
-def rebuild(app: App, name: str) -> None:
-    """Forget the checkpoint and fold the whole log again."""
-    named_projection(name)
-    run(_rebuild(app, name))
+def rebuild(app: App, name: str, as_of: str | None, run_id: str | None) -> None:
+    """Forget the checkpoint and fold the whole log again (--as-of: the state at a point, checkpoint untouched)."""
+    if isinstance(named_projection(name), OtelSpans) and as_of is None:
+        # A rebuild without exporting would checkpoint past every span: the next export would skip them all.
+        raise HxError("otel exports spans as it folds: use `hx projections run otel --from-start --otlp-endpoint URL`")
+    if as_of is None:
+        run(_rebuild(app, name))
+        return
+    point = parse_as_of(as_of)
+    if point.round is not None and run_id is None:
+        raise TimeTravelError(f"--as-of {as_of} names a round: say whose with --run RUN")
+    run(_rebuild_as_of(app, name, point, run_id))
+
+
+async def _rebuild_as_of(app: App, name: str, point: AsOf, run_id: str | None) -> None:
+    async with app.connect() as conn:
+        proj = named_projection(name)
+        seq = point.seq if point.seq is not None else (await run_marks(conn.log, run_id or "")).position(
+            point, proj.stream)
+        started = time.perf_counter()
+        fold = await ProjectionRunner(conn.log, proj).fold_as_of(seq)
+        elapsed = time.perf_counter() - started
+        click.echo(f"{name} as of {point} ({proj.stream} {seq}): position {fold.position[0]}.{fold.position[1]}")
+        click.echo(f"  digest    {fold.digest}")
+        click.echo(f"  folded    {fold.folded} events in {elapsed:.2f}s from {fold.start_kind} {fold.start}, "
+                   f"{fold.written} snapshot(s) stored")
+        quarantine_note(conn.log)
 
 
 async def _rebuild(app: App, name: str) -> None:
@@ -116,42 +173,104 @@ async def _rebuild(app: App, name: str) -> None:
 
 
 @projections_group.command("run")
-@click.argument("name")
+@click.argument("name", metavar="NAME|module:Class")
 @click.option("-f", "--follow", is_flag=True, help="After catching up, apply new events until Ctrl-C.")
+@click.option("--from-start", is_flag=True, help="Forget the checkpoint and fold the whole log again.")
+@click.option("--from", "from_seq", type=click.IntRange(min=1), metavar="SEQ",
+              help="Forget the checkpoint and fold the events from log sequence SEQ on (earlier ones are skipped).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=50_000, show_default=True,
               help="Checkpoint after this many applied events.")
+@click.option("--otlp-endpoint", metavar="URL",
+              help="otel only: the OTLP/HTTP endpoint spans go to (http://host:4318, or a full .../v1/traces URL).")
+@click.option("--otlp-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="otel only: seconds to wait for the endpoint on each export.")
 @pass_app
-def run_projection(app: App, name: str, follow: bool, checkpoint_every: int) -> None:
-    """Resume from the checkpoint and catch up (--follow: stay live)."""
-    named_projection(name)
-    run(_run(app, name, follow, checkpoint_every))
+def run_projection(app: App, name: str, follow: bool, from_start: bool, from_seq: int | None,
+                   checkpoint_every: int, otlp_endpoint: str | None, otlp_timeout: float) -> None:
+    """Build a projection from the log, resuming from its checkpoint, and catch up (--follow: stay live).
+
+    NAME is a built-in (``hx projections list``), an installed plugin, or a class given as
+    ``module:Class`` or ``path/to/file.py:Class``. ``otel`` exports every finished attempt
+    as an OpenTelemetry trace to ``--otlp-endpoint``.
+    """
+    if from_start and from_seq is not None:
+        raise click.UsageError("--from-start and --from are exclusive")
+    proj = named_projection(name)
+    if isinstance(proj, OtelSpans) and not otlp_endpoint:
+        raise HxError("the otel projection exports spans: give --otlp-endpoint URL (e.g. http://127.0.0.1:4318)")
+    if otlp_endpoint and not isinstance(proj, OtelSpans):
+        raise HxError(f"--otlp-endpoint is for the otel projection, not {proj.name!r}")
+    run(_run(app, name, follow, checkpoint_every, from_start=from_start, from_seq=from_seq,
+             otlp=(otlp_endpoint, otlp_timeout) if otlp_endpoint else None))
 
 
-async def _run(app: App, name: str, follow: bool, checkpoint_every: int) -> None:
+def _runner(event_log: EventLog, proj: Projection[Any], checkpoint_every: int,
+            otlp: tuple[str, float] | None) -> ProjectionRunner[Any]:
+    """A plain runner, or for ``otel`` one that exports each finished attempt's spans."""
+    if otlp is not None and isinstance(proj, OtelSpans):
+        endpoint, timeout = otlp
+        return SpanExportRunner(event_log, proj, otlp_exporter(endpoint, timeout), target=endpoint,
+                                checkpoint_every=checkpoint_every)
+    return ProjectionRunner(event_log, proj, checkpoint_every=checkpoint_every)
+
+
+async def _start(runner: ProjectionRunner[Any], name: str, from_start: bool, from_seq: int | None) -> None:
+    """Resume from the checkpoint, or reset to the start or to just before ``from_seq``."""
+    if from_start or from_seq is not None:
+        last = await runner.log.last_seq(runner.projection.stream)
+        if from_seq is not None and from_seq > last + 1:
+            raise HxError(f"--from {from_seq} is past the end of {runner.projection.stream} "
+                          f"(last sequence {last}; --from {last + 1} folds only new events)")
+        await runner.reset()
+        if from_seq is not None and from_seq > 1:
+            # Everything in messages before SEQ counts as seen: the first event folded is (SEQ, 0).
+            runner.position = (from_seq - 1, _WHOLE)
+        click.echo(f"{name}: folding from {'the start' if runner.position == START else f'sequence {from_seq}'}")
+        return
+    await runner.load()
+    if runner.resumed_from is None:
+        click.echo(f"{name}: no usable checkpoint, folding from the start")
+    else:
+        click.echo(f"{name}: resumed from {_position(runner.resumed_from)}")
+
+
+async def _run(app: App, name: str, follow: bool, checkpoint_every: int, *, from_start: bool = False,
+               from_seq: int | None = None, otlp: tuple[str, float] | None = None) -> None:
     async with app.connect() as conn:
-        runner: ProjectionRunner[Any] = ProjectionRunner(conn.log, named_projection(name),
-                                                         checkpoint_every=checkpoint_every)
-        await runner.load()
-        if runner.resumed_from is None:
-            click.echo(f"{name}: no usable checkpoint, folding from the start")
-        else:
-            click.echo(f"{name}: resumed from {runner.resumed_from[0]}.{runner.resumed_from[1]}")
+        proj = named_projection(name)
+        name = proj.name
+        runner = _runner(conn.log, proj, checkpoint_every, otlp)
+        await _start(runner, name, from_start, from_seq)
         before, started = runner.applied, time.perf_counter()
-        with progress_bar(f"catching up {name}") as progress:
-            await runner.catch_up(progress=progress)
-        _summary(runner, time.perf_counter() - started, runner.applied - before)
-        quarantine_note(conn.log)
-        if follow:
-            click.echo(f"{name}: following the log (Ctrl-C stops)", err=True)
-            try:
-                while True:
-                    try:
-                        await runner.follow()
-                        break
-                    except TimeoutError:
-                        # A timeout creating or inspecting the consumer gets out of EventLog.subscribe;
-                        # the runner resumes from its position, so following again loses nothing.
-                        log.debug("follow timed out while idle; following again", projection=name)
-            finally:
-                click.echo(f"{name}: stopped at {runner.position[0]}.{runner.position[1]}, "
-                           f"{runner.applied} events applied, digest {runner.digest}", err=True)
+        try:
+            with progress_bar(f"catching up {name}") as progress:
+                await runner.catch_up(progress=progress)
+            _summary(runner, time.perf_counter() - started, runner.applied - before)
+            _exported(runner)
+            quarantine_note(conn.log)
+            if follow:
+                if isinstance(runner, SpanExportRunner):
+                    runner.live = True  # following: each finished attempt goes out at once
+                click.echo(f"{name}: following the log (Ctrl-C stops)", err=True)
+                try:
+                    while True:
+                        try:
+                            await runner.follow()
+                            break
+                        except TimeoutError:
+                            # A timeout creating or inspecting the consumer gets out of EventLog.subscribe;
+                            # the runner resumes from its position, so following again loses nothing.
+                            log.debug("follow timed out while idle; following again", projection=name)
+                finally:
+                    click.echo(f"{name}: stopped at {_position(runner.position)}, "
+                               f"{runner.applied} events applied, digest {runner.digest}", err=True)
+                    _exported(runner, err=True)
+        except ExportFailed:
+            _exported(runner, err=True)
+            raise
+
+
+def _exported(runner: ProjectionRunner[Any], err: bool = False) -> None:
+    if isinstance(runner, SpanExportRunner):
+        click.echo(f"  exported  {runner.exported_spans} spans of {runner.exported_traces} attempt traces "
+                   f"to {scrub(runner.target)}; {len(runner.state.open)} attempt(s) still open", err=err)

@@ -23,6 +23,9 @@ is not part of the before_model event, so unless ``request_model`` names it the 
 span takes the name and request model of the model that answered (under fallback, the
 fallback's).
 
+Span names and attributes come from ``projections.genai``, shared with the ``otel``
+projection that builds the same spans from the log afterwards (``hx projections run otel``).
+
 Attach with ``attach(OtelSpans.accepted_hooks(), OtelSpans())``.
 """
 
@@ -35,17 +38,24 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from hx.harness.processor import POST, Processor
+from projections.genai import (
+    ERROR_TYPE,
+    PROVIDER,
+    REQUEST_MODEL,
+    Attributes,
+    agent_attributes,
+    agent_span_name,
+    chat_attributes,
+    chat_span_name,
+    response_attributes,
+    split_spec,
+    tool_attributes,
+    tool_span_name,
+    verdict_attributes,
+)
 from schemas.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, TaskEnd, TaskStart
 
 SpanHook = TaskStart | BeforeModel | AfterModel | BeforeTool | AfterTool | TaskEnd
-
-
-def split_spec(spec: str) -> tuple[str, str]:
-    """(provider, model) of a model spec: ``openai:qwen3@http://...`` -> (``openai``, ``qwen3``)."""
-    scheme, sep, rest = spec.partition(":")
-    if not sep:
-        return "", spec
-    return scheme, rest.split("@", 1)[0] or spec
 
 
 class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -68,7 +78,7 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         self._chat: Span | None = None
         self._tools: dict[str, Span] = {}
 
-    def _child(self, name: str, kind: SpanKind, attributes: dict[str, str | int]) -> Span:
+    def _child(self, name: str, kind: SpanKind, attributes: Attributes) -> Span:
         context = trace.set_span_in_context(self._agent) if self._agent is not None else None
         return self._tracer.start_span(name, context=context, kind=kind, attributes=attributes)
 
@@ -89,24 +99,16 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         yield event
 
     def _start_agent(self, event: TaskStart) -> None:
-        attributes: dict[str, str | int] = {"gen_ai.operation.name": "invoke_agent",
-                                            "gen_ai.agent.name": self.agent_name, "hx.task.id": event.task.id}
-        if event.task.benchmark:
-            attributes["hx.task.benchmark"] = event.task.benchmark
-        self._agent = self._tracer.start_span(f"invoke_agent {self.agent_name}", kind=SpanKind.INTERNAL,
-                                              attributes=attributes)
+        self._agent = self._tracer.start_span(agent_span_name(self.agent_name), kind=SpanKind.INTERNAL,
+                                              attributes=agent_attributes(self.agent_name, event.task.id,
+                                                                          event.task.benchmark))
 
     def _start_chat(self, event: BeforeModel) -> None:
         if self._chat is not None:  # the previous call never reached after_model
             self._chat.set_status(Status(StatusCode.ERROR, "no response reached after_model"))
             self._chat.end()
-        attributes: dict[str, str | int] = {"gen_ai.operation.name": "chat", "hx.step": event.step}
-        name = "chat"
-        if self.request_model:
-            provider, model = split_spec(self.request_model)
-            attributes.update({"gen_ai.request.model": model, "gen_ai.provider.name": provider})
-            name = f"chat {model}"
-        self._chat = self._child(name, SpanKind.CLIENT, attributes)
+        name = chat_span_name(split_spec(self.request_model)[1] if self.request_model else "")
+        self._chat = self._child(name, SpanKind.CLIENT, chat_attributes(event.step, self.request_model))
 
     def _end_chat(self, event: AfterModel) -> None:
         span, self._chat = self._chat, None
@@ -114,15 +116,11 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
             return
         provider, model = split_spec(event.model)
         if not self.request_model:
-            span.update_name(f"chat {model}")
-            span.set_attribute("gen_ai.request.model", model)
-            span.set_attribute("gen_ai.provider.name", provider)
-        span.set_attribute("gen_ai.response.model", model)
-        if event.stop_reason:
-            span.set_attribute("gen_ai.response.finish_reasons", (event.stop_reason,))
-        span.set_attribute("hx.tool_calls", len(event.tool_calls))
-        span.set_attribute("gen_ai.usage.input_tokens", event.usage.input_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", event.usage.output_tokens)
+            span.update_name(chat_span_name(model))
+            span.set_attribute(REQUEST_MODEL, model)
+            span.set_attribute(PROVIDER, provider)
+        span.set_attributes(response_attributes(model, event.stop_reason, len(event.tool_calls),
+                                                event.usage.input_tokens, event.usage.output_tokens))
         span.end()
 
     def _start_tool(self, event: BeforeTool) -> None:
@@ -130,10 +128,8 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         old = self._tools.pop(call.id, None)
         if old is not None:
             old.end()
-        self._tools[call.id] = self._child(
-            f"execute_tool {call.name}", SpanKind.INTERNAL,
-            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id,
-             "gen_ai.tool.type": "function", "hx.step": event.step})
+        self._tools[call.id] = self._child(tool_span_name(call.name), SpanKind.INTERNAL,
+                                           tool_attributes(call.name, call.id, event.step))
         self._tools[call.id].set_attribute("hx.tool.approved", event.approved)
 
     def _end_tool(self, event: AfterTool) -> None:
@@ -141,7 +137,7 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         if span is None:
             return
         if event.result.is_error:
-            span.set_attribute("error.type", "tool_error")
+            span.set_attribute(ERROR_TYPE, "tool_error")
             span.set_status(Status(StatusCode.ERROR, event.result.output[:200]))
         span.end()
 
@@ -155,10 +151,7 @@ class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         agent, self._agent = self._agent, None
         if agent is None:
             return
-        agent.set_attribute("hx.passed", event.passed)
-        agent.set_attribute("hx.score", event.score)
-        agent.set_attribute("hx.steps", event.steps)
-        agent.set_attribute("hx.status", event.status)
+        agent.set_attributes(verdict_attributes(event.passed, event.score, event.steps, event.status))
         if event.status in ("interrupted", "infra_failure"):
             agent.set_status(Status(StatusCode.ERROR, event.status))
         agent.end()

@@ -1,0 +1,126 @@
+"""``hx ledger`` and ``hx audit verify``: an evolution run's edit ledger read by an auditor, and checked.
+
+``hx ledger RUN`` lists every candidate, critic verdict, gate verdict, approval and ship,
+round by round, each candidate's evidence anchors resolved to the trace events they point
+to. ``hx audit verify RUN`` (or ``--file audit.jsonl``) checks the hash chain, that every
+ship equals the fold of its edits, and that every verdict's inputs are on the log. Neither
+writes anything to the run.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(audit_group, ["verify", "--help"]).exit_code
+0
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.tree import Tree
+
+from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option, stdout_console
+from hx.replay.audit import Verification, verify_file, verify_run
+from hx.replay.ledger_view import LedgerListing, LedgerRow, headline, listing
+from schemas.ledger import Anchor
+
+EXIT_NOT_VERIFIED = 3
+"""``hx audit verify`` checked and found the ledger wrong (1 is kept for "could not check": a bad run, no server)."""
+
+
+@click.command("ledger")
+@click.argument("run_id", metavar="RUN", callback=run_id_option)
+@click.option("--round", "round_", type=click.IntRange(min=0), metavar="N", help="Only this evolution round.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per ledger event listed (anchors resolved).")
+@pass_app
+def ledger_command(app: App, run_id: str, round_: int | None, as_json: bool) -> None:
+    """List RUN's candidates, verdicts and ships, round by round, with their evidence resolved on the trace.
+
+    Each candidate's evidence anchors (trace positions) are read back one message each and
+    shown as the event they point to, or as "unresolved" with the reason.
+    """
+    shown = run(_listing(app, run_id, round_))
+    if as_json:
+        for row in shown.rows:
+            click.echo(json.dumps(row.as_dict(), sort_keys=True))
+        return
+    stdout_console().print(tree(shown))
+
+
+async def _listing(app: App, run_id: str, round_: int | None) -> LedgerListing:
+    async with app.connect() as conn:
+        shown = await listing(conn.log, run_id, round_)
+        quarantine_note(conn.log)
+    return shown
+
+
+def _row(node: Tree, row: LedgerRow, same_as: LedgerRow | None) -> None:
+    branch = node.add(f"[bold]{row.entry.position}[/] {escape(headline(row.entry.event))}")
+    if same_as is not None:  # evolvers of one round often cite the same digests: resolved once above
+        branch.add(f"evidence: the same {len(row.anchors)} anchor(s) as event {same_as.entry.position}")
+        return
+    for a in row.anchors:
+        where = f"anchor {a.anchor.seq}:{a.anchor.index}" + (f" ({escape(a.anchor.note)})" if a.anchor.note else "")
+        if a.resolved:
+            branch.add(f"{where} -> {a.type} on {escape(a.subject)}: {escape(a.summary)}")
+        else:
+            branch.add(f"{where} -> [red]unresolved[/]: {escape(a.problem)}")
+
+
+def tree(shown: LedgerListing) -> Tree:
+    """The listing as a rich tree: a node per round (its decision), a node per event, a leaf per anchor."""
+    root = Tree(f"ledger of run [bold]{escape(shown.run_id)}[/]: {shown.events} events, {len(shown.rows)} listed, "
+                f"{shown.fetched} trace message(s) read for evidence")
+    rounds = sorted({r.round for r in shown.rows} | set(shown.decisions))
+    for n in rounds:
+        decided = shown.decisions.get(n)
+        said = f"{decided.outcome}" + (f": {escape(decided.reason)}" if decided.reason else "") if decided else (
+            "not decided")
+        node = root.add(f"[bold]round {n}[/]: {said}")
+        shown_before: dict[tuple[Anchor, ...], LedgerRow] = {}
+        for row in shown.rows:
+            if row.round == n:
+                key = tuple(a.anchor for a in row.anchors)
+                _row(node, row, shown_before.get(key) if key else None)
+                shown_before.setdefault(key, row)
+    return root
+
+
+@click.group("audit")
+def audit_group() -> None:
+    """Check an evolution run's edit ledger: its hash chain, its ships, its verdicts' inputs."""
+
+
+@audit_group.command("verify")
+@click.argument("run_id", metavar="RUN", required=False, callback=run_id_option)
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
+              help="Verify a copy instead: audit.jsonl from hx export, or hx log dump --stream HX_LEDGER lines "
+                   "(RUN picks the run's events).")
+@pass_app
+@click.pass_context
+def verify_command(ctx: click.Context, app: App, run_id: str | None, path: Path | None) -> None:
+    """Verify RUN's ledger (or a copy of it): chain intact, ships equal to their folds, verdicts' inputs on the log.
+
+    Exit 0 when verified; 3 when the ledger is wrong (each problem named: the event, its
+    type, what is wrong: edited, dropped, reordered, a fold or an input); 1 when it could
+    not be checked.
+    """
+    if run_id is None and path is None:
+        raise click.UsageError("give a RUN, or --file PATH (with RUN: that run's events in the file)")
+    result = verify_file(path, run_id) if path is not None else run(_verify(app, str(run_id)))
+    click.echo(result.headline())
+    click.echo(f"  head: {result.head} (a forger who re-hashes the chain changes it: compare it with a copy)")
+    for problem in result.problems:
+        click.echo(f"  {problem}")
+    for what in result.unchecked:
+        click.echo(f"  not checked: {what}")
+    if not result.ok:
+        ctx.exit(EXIT_NOT_VERIFIED)
+
+
+async def _verify(app: App, run_id: str) -> Verification:
+    async with app.connect() as conn:
+        result = await verify_run(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
+        quarantine_note(conn.log)
+    return result

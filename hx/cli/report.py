@@ -1,0 +1,82 @@
+"""``hx report RUN``: a run as one self-contained HTML page and its PNG figures, folded from the log.
+
+>>> from click.testing import CliRunner
+>>> CliRunner().invoke(report_command, ["--help"]).exit_code
+0
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import click
+
+from hx.aegis.code import CodeStore
+from hx.aegis.ledger import read_records
+from hx.aegis.session import restore_plugins
+from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
+from hx.report.data import ReportData, ReportError, learner_records
+from hx.report.figures import figures
+from hx.report.html import report_files
+from schemas.ledger import CandidateProposed
+
+REPORTS = Path("reports")
+"""Where reports go by default, relative to the working directory: ``reports/RUN/``."""
+
+
+@click.command("report")
+@click.argument("run_id", metavar="RUN", callback=run_id_option)
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Write the page and figures here  [default: ./reports/RUN]")
+@pass_app
+def report_command(app: App, run_id: str, out: Path | None) -> None:
+    """Write RUN's report to DIR: report.html (self-contained) and one PNG per figure.
+
+    The figures (evolution curves, lever mix, hit-rate heatmap, ships and regressions, and
+    for a co-evolution run the learner's curves) are folded from the run's ledger on
+    HX_LEDGER and its learner records on HX_LEARN. The same log gives the same bytes;
+    files of the same names in DIR are replaced.
+    """
+    target = out if out is not None else REPORTS / run_id
+    check_target(target)
+    data = run(_gather(app, run_id))
+    files = report_files(data, figures(data))
+    write(target, files)
+    click.echo(f"wrote the report of run {run_id} to {target / 'report.html'} ({len(files) - 1} figures)")
+
+
+async def _gather(app: App, run_id: str) -> ReportData:
+    async with app.connect() as conn:
+        records = await read_records(conn, run_id)
+        if records is None:
+            raise ReportError(f"run {run_id!r} has no ledger (not an evolution run on this log)")
+        if any(isinstance(r, CandidateProposed) and r.code for r in records):
+            # Harnesses that name new processor code build only with its (gate-proven) modules on the path.
+            await restore_plugins(CodeStore(conn.log, app.settings.data_dir.resolve() / "plugins"), records)
+        learner = await learner_records(conn.log, run_id)
+        quarantine_note(conn.log)
+    return ReportData.of(records, learner)
+
+
+def check_target(target: Path) -> None:
+    """Fail before reading the log when ``target`` cannot become a writable directory (nothing is created yet)."""
+    existing = target.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ReportError(f"cannot write the report to {target}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ReportError(f"cannot write the report to {target}: {existing} is not writable")
+
+
+def write(target: Path, files: Mapping[str, bytes]) -> None:
+    """Write the report's files into ``target`` (created with its parents)."""
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, body in files.items():
+            (target / name).write_bytes(body)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise ReportError(f"cannot write the report to {target}: {exc.strerror or exc}{where}") from None

@@ -1,0 +1,182 @@
+"""``hx bisect``: apply the shipped edits between two rounds one at a time and name the first that flips a task.
+
+The edits are the ships (and the fork, when the task's variant was forked in between) of the
+task's variant lineage recorded in rounds ``A`` .. ``B-1``, in ledger order: exactly what
+turned the harness the task ran in round ``A`` into the one it ran in round ``B``. Starting
+from round ``A``'s harness, each edit is applied with ``hx.aegis.operations.apply`` and the
+task is run again under the intermediate harness, through the same rollout code and with the
+run's model spec, settings and attempt seeds (``attempt_seed(run seed, task, attempt)``, the
+attempts its main rollouts used): with a seeded agent and environment a re-run under round
+``A``'s harness repeats round ``A``'s outcome, which the report checks. The first harness whose
+k-aware outcome (solved: some attempt passed) differs from the first's names the edit.
+
+The re-runs are a scratch run of their own (``<run>.bisect-<id>`` unless named), labelled
+``bisect`` with the source run in its ``RunStarted``: nothing is written to the run bisected.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hx.aegis.operations import apply, describe
+from hx.bench.registry import Benchmark, benchmark
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.harness.config import HarnessConfig
+from hx.harness.errors import CompositionError
+from hx.replay.harness_diff import harness_in, task_round
+from hx.replay.regressions import ledger_state
+from hx.replay.timetravel import TimeTravelError, run_marks
+from hx.runtime.models import ModelConfig
+from schemas.ledger import AnyEditOp, HarnessShipped, LedgerOpened, VariantForked
+from streams.log import EventLog
+from streams.topology import check_run_id
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One shipped edit between the rounds: a ship or fork, its candidates and operations."""
+
+    round: int
+    kind: str
+    """``ship`` or ``fork``."""
+    variant: str
+    candidates: tuple[str, ...]
+    operations: tuple[AnyEditOp, ...]
+
+    @property
+    def name(self) -> str:
+        """How the report names it."""
+        return f"{'+'.join(self.candidates)} ({self.kind} to {self.variant} in round {self.round})"
+
+    @property
+    def lines(self) -> list[str]:
+        """Its operations, one line each."""
+        return [describe(op) for op in self.operations]
+
+
+@dataclass
+class Trial:
+    """The task re-run under one intermediate harness."""
+
+    edits: int
+    """How many edits the harness has applied (0: round A's harness)."""
+    digest: str
+    trace_round: int
+    attempts: int = 0
+    passes: int = 0
+
+    @property
+    def solved(self) -> bool:
+        """Some attempt passed (the gate's k-aware state)."""
+        return self.passes > 0
+
+
+@dataclass
+class Bisection:
+    """``hx bisect``: the edits, a trial per intermediate harness, and the first edit that flips the task."""
+
+    run: str
+    task: str
+    rounds: tuple[int, int]
+    scratch: str
+    edits: list[Edit]
+    trials: list[Trial] = field(default_factory=list)
+    logged: tuple[bool, bool] = (False, False)
+    """The task's solved state as the run logged it in rounds A and B."""
+    reaches: bool = True
+    """The edits applied to round A's harness give round B's."""
+
+    @property
+    def flip(self) -> Edit | None:
+        """The first edit after which the task's outcome differs from round A's harness's."""
+        if not self.trials:
+            return None
+        first = self.trials[0].solved
+        hit = next((t for t in self.trials[1:] if t.solved != first), None)
+        return self.edits[hit.edits - 1] if hit is not None else None
+
+    @property
+    def reproduced(self) -> bool:
+        """The re-run under round A's harness repeats round A's logged outcome."""
+        return bool(self.trials) and self.trials[0].solved == self.logged[0]
+
+
+def edits_between(events: Sequence[Any], va: str, vb: str, a: int, b: int) -> list[Edit]:
+    """The ships (and the fork) of the lineage from ``va`` in round ``a`` to ``vb`` in round ``b``, in ledger order."""
+    lineage, out = va, []
+    for ev in events:
+        if not isinstance(ev, HarnessShipped | VariantForked) or not a <= ev.round < b:
+            continue
+        if isinstance(ev, HarnessShipped) and ev.variant == lineage:
+            out.append(Edit(ev.round, "ship", ev.variant, ev.candidates, ev.operations))
+        elif isinstance(ev, VariantForked) and ev.parent == lineage and ev.variant == vb:
+            out.append(Edit(ev.round, "fork", ev.variant, (ev.candidate,), ev.operations))
+            lineage = vb
+    return out
+
+
+def scratch_id(run: str, scratch: str | None) -> str:
+    """The scratch run's id (never the run itself)."""
+    name = check_run_id(scratch or f"{run[:100]}.bisect-{uuid.uuid4().hex[:8]}")
+    if name == run:
+        raise TimeTravelError("the scratch run must not be the run bisected")
+    return name
+
+
+async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch: str | None = None,
+                 make_benchmark: Callable[[str], Benchmark] = benchmark) -> Bisection:
+    """Re-run ``task`` under each harness between rounds ``a`` and ``b``; name the first edit that flips it."""
+    if a >= b:
+        raise TimeTravelError(f"--from {a} must be an earlier round than --to {b}")
+    marks = await run_marks(log, run)
+    if not marks.evolution:
+        raise TimeTravelError(f"run {run!r} has no ledger: hx bisect applies an evolution run's shipped edits")
+    events, state = ledger_state(marks)
+    digests = {n: {d.task: d for d in ds} for n, ds in state.digests.items()}
+    (va, ta), (vb, _) = (task_round(marks, {n: {t: d.variant for t, d in ds.items()} for n, ds in digests.items()},
+                                    task, r) for r in (a, b))
+    harnesses = [harness_in(events, va, a)]
+    edits = edits_between(events, va, vb, a, b)
+    for edit in edits:
+        try:
+            harnesses.append(apply(harnesses[-1], edit.operations))
+        except CompositionError as exc:
+            raise TimeTravelError(f"edit {edit.name} does not apply: {exc}") from None
+    result = Bisection(run, task, (a, b), scratch_id(run, scratch), edits,
+                       logged=(digests[a][task].solved, digests[b][task].solved),
+                       reaches=harnesses[-1].digest == harness_in(events, vb, b).digest)
+    opened = events[0]
+    assert isinstance(opened, LedgerOpened)
+    job = opened.settings
+    first = marks.trace[ta].started.first_attempt
+    settings = RolloutSettings(attempts=int(job.get("attempts", 2)), concurrency=int(job.get("concurrency", 4)),
+                               max_steps=int(job.get("max_steps", 100)), seed=int(job.get("seed", 0)),
+                               timeout_s=job.get("timeout_s"))
+    names = sorted({str(spec).partition(":")[0] for spec in job.get("benches", ())} or {task.partition(":")[0]})
+    benches = [make_benchmark(n) for n in names]
+    try:
+        await _trials(log, result, harnesses, benches, ModelConfig(main=str(job.get("model", "random:"))), settings,
+                      first)
+    finally:
+        for bench in benches:
+            bench.close()
+    return result
+
+
+async def _trials(log: EventLog, result: Bisection, harnesses: list[HarnessConfig], benches: list[Benchmark],
+                  models: ModelConfig, settings: RolloutSettings, first: int) -> None:
+    """One scratch trace round per intermediate harness, each attempt seeded as the run seeded it."""
+    for i, harness in enumerate(harnesses):
+        rollout = Rollout(benches, models, harness, log=log, settings=settings, harness_source=f"bisect:{i}")
+        if i == 0:
+            await rollout.start(result.scratch, kind="bisect", extra={
+                "source_run": result.run, "task": result.task, "rounds": list(result.rounds)})
+        outcome = await rollout.run_round(result.scratch, i, [result.task], label=RoundLabel(
+            purpose="bisect", variant=f"edits:{i}", first_attempt=first))
+        result.trials.append(Trial(i, harness.digest, i, len(outcome.results),
+                                   sum(r.passed for r in outcome.results)))
+    await Rollout(benches, models, harnesses[-1], log=log, settings=settings).finish(
+        result.scratch, rounds=len(harnesses))

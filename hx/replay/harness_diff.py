@@ -1,0 +1,217 @@
+"""``hx diff``: how a task's harness changed between two rounds (builder operations) and where its trajectories split.
+
+The harness diff is computed from the two versions themselves, per singleton group: a group
+only in the later harness is an ``attach``, one only in the earlier a ``remove``, another
+processor type (or other hooks) a ``replace``, other parameters a ``reparam`` of just the
+changed ones. These are the ledger's own edit operations (``schemas.ledger``), so applying
+them to the earlier harness (``hx.aegis.operations.apply``) gives the later one, which the
+diff checks; the ships recorded between the rounds are listed beside it as the ledger has them.
+
+The trajectory diff reads only the task's attempt subjects in the two rounds' main rollouts
+and compares them step by step: the action (the tool calls, or the model's text when it
+called none) and the observation (what the tool returned). The first step where either
+differs, or where one attempt ended and the other went on, is the divergence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hx.aegis.operations import apply, describe
+from hx.aegis.state import RunState
+from hx.harness.config import HarnessConfig
+from hx.harness.errors import CompositionError
+from hx.replay.regressions import ShipBetween, ledger_state
+from hx.replay.timetravel import RunMarks, TimeTravelError, run_marks
+from schemas.ledger import AnyEditOp, Attach, HarnessShipped, Remove, Reparam, Replace, VariantForked
+from schemas.lifecycle import AttemptFinished
+from schemas.model import ModelResponse
+from schemas.tools import EnvObservation, ToolInvoked, ToolReturned
+from streams.log import EventLog
+from streams.topology import TRACE, trace_subject
+
+
+def harness_ops(before: HarnessConfig, after: HarnessConfig) -> list[AnyEditOp]:
+    """The builder operations that turn ``before`` into ``after``, group by group (removals first)."""
+    old = {a.group(): a for a in before.attachments}
+    new = {a.group(): a for a in after.attachments}
+    ops: list[AnyEditOp] = [Remove(group=g) for g in old if g not in new]
+    for group, att in new.items():
+        was = old.get(group)
+        if was is None:
+            ops.append(Attach(processor=att.type, hooks=att.hooks, params=dict(att.params)))
+        elif was.type != att.type or set(was.params) - set(att.params):
+            # reparam merges parameters, so a dropped one needs the whole processor replaced
+            ops.append(Replace(group=group, processor=att.type, params=dict(att.params)))
+        elif was.hooks != att.hooks:
+            ops += [Remove(group=group), Attach(processor=att.type, hooks=att.hooks, params=dict(att.params))]
+        elif was.params != att.params:
+            ops.append(Reparam(group=group, params={k: v for k, v in att.params.items()
+                                                    if k not in was.params or was.params[k] != v}))
+    return ops
+
+
+@dataclass
+class Step:
+    """One step of an attempt: what the agent did and what it saw."""
+
+    step: int
+    action: str = ""
+    observation: str = ""
+    seq: int = 0
+    """The log position of the step's first event."""
+
+
+@dataclass
+class Trajectory:
+    """One attempt of the task, step by step."""
+
+    subject: str
+    steps: list[Step] = field(default_factory=list)
+    passed: bool | None = None
+    status: str = ""
+
+
+@dataclass
+class Divergence:
+    """Where two trajectories first differ (``step`` None: they never do)."""
+
+    step: int | None
+    a: Step | None = None
+    b: Step | None = None
+    what: str = ""
+    """``action``, ``observation``, or ``ended`` (one attempt stopped before the other)."""
+
+
+@dataclass
+class HarnessDiff:
+    """``hx diff``: the harness change and the trajectory divergence of one task between two rounds."""
+
+    run: str
+    task: str
+    rounds: tuple[int, int]
+    variants: tuple[str, str]
+    digests: tuple[str, str]
+    operations: list[AnyEditOp]
+    reproduces: bool
+    """Applying ``operations`` to the first harness gives the second (slots aside, which no operation edits)."""
+    ships: list[ShipBetween]
+    trajectories: tuple[Trajectory, Trajectory]
+    divergence: Divergence
+
+    @property
+    def lines(self) -> list[str]:
+        """The operations, one line each."""
+        return [describe(op) for op in self.operations]
+
+
+def _action(calls: Sequence[Any]) -> str:
+    return "; ".join(f"{c.name}({json.dumps(c.input, sort_keys=True)})" for c in calls)
+
+
+async def trajectory(log: EventLog, subject: str) -> Trajectory:
+    """The steps of one attempt from its own subject (no conversation needed: actions and results only)."""
+    out = Trajectory(subject)
+    steps: dict[int, Step] = {}
+    calls: dict[int, list[str]] = {}
+    said: dict[int, str] = {}
+    async for r in log.read(TRACE.name, subjects=[subject], types=[
+            ToolInvoked.TYPE, ToolReturned.TYPE, ModelResponse.TYPE, EnvObservation.TYPE, AttemptFinished.TYPE]):
+        ev = r.event
+        if isinstance(ev, AttemptFinished):
+            out.passed, out.status = ev.passed, ev.status
+        elif isinstance(ev, EnvObservation):
+            if ev.step == 0:  # the first observation; later ones repeat what the tool returned
+                steps.setdefault(0, Step(0, "(start)", ev.observation, r.seq))
+        elif isinstance(ev, ToolInvoked | ToolReturned | ModelResponse):
+            s = steps.setdefault(ev.step, Step(ev.step, seq=r.seq))
+            if isinstance(ev, ToolInvoked):  # what was executed, after every processor had its say
+                calls.setdefault(ev.step, []).append(_action([ev.call]))
+            elif isinstance(ev, ToolReturned):
+                s.observation = "\n".join(x for x in (s.observation, ev.result.output) if x)
+            else:
+                said.setdefault(ev.step, _action(ev.tool_calls) if ev.tool_calls else f"say: {ev.content}")
+    for n, s in steps.items():
+        if n:
+            s.action = "; ".join(calls[n]) if n in calls else said.get(n, "")
+    out.steps = [steps[n] for n in sorted(steps)]
+    return out
+
+
+def diverge(a: Trajectory, b: Trajectory) -> Divergence:
+    """The first step where two trajectories differ in action or observation, or where one ends."""
+    for x, y in zip(a.steps, b.steps, strict=False):
+        if x.action != y.action:
+            return Divergence(x.step, x, y, "action")
+        if x.observation != y.observation:
+            return Divergence(x.step, x, y, "observation")
+    if len(a.steps) != len(b.steps):
+        longer = a.steps if len(a.steps) > len(b.steps) else b.steps
+        nxt = longer[min(len(a.steps), len(b.steps))]
+        return Divergence(nxt.step, nxt if longer is a.steps else None, nxt if longer is b.steps else None, "ended")
+    return Divergence(None)
+
+
+def task_round(marks: RunMarks, digests: dict[int, dict[str, str]], task: str, round: int) -> tuple[str, int]:
+    """(variant, trace round) of ``task``'s main rollout in evolution round ``round``."""
+    variant = digests.get(round, {}).get(task)
+    if variant is None:
+        if round not in digests:
+            known = sorted(digests)
+            raise TimeTravelError(f"run {marks.run!r} has no round {round}"
+                                  + (f" (rounds {known[0]}..{known[-1]})" if known else ""))
+        raise TimeTravelError(f"task {task!r} did not run in round {round} of run {marks.run!r}")
+    trace = [t.number for t in marks.main_rounds(round) if t.started.variant in ("", variant)
+             and task in t.started.task_ids]
+    if not trace:
+        raise TimeTravelError(f"round {round} of run {marks.run!r} has no main rollout of {task!r} on the trace")
+    return variant, trace[0]
+
+
+async def harness_diff(log: EventLog, run: str, task: str, a: int, b: int, *, attempt: int = 0) -> HarnessDiff:
+    """The harness diff of ``task`` between rounds ``a`` and ``b`` and where its attempt ``attempt`` diverges."""
+    marks = await run_marks(log, run)
+    if not marks.evolution:
+        raise TimeTravelError(f"run {run!r} has no ledger: hx diff compares the rounds of an evolution run")
+    events, state = ledger_state(marks)
+    digests = {n: {d.task: d.variant for d in ds} for n, ds in state.digests.items()}
+    (va, ta), (vb, tb) = task_round(marks, digests, task, a), task_round(marks, digests, task, b)
+    ha, hb = harness_in(events, va, a), harness_in(events, vb, b)
+    ops = harness_ops(ha, hb)
+    try:
+        reproduces = apply(ha, ops).with_slots(**_slots(hb)).digest == hb.digest
+    except CompositionError:
+        reproduces = False
+    ships = [ShipBetween(s, []) for s in _ships(events, min(a, b), max(a, b))
+             if s.variant in (va, vb)]
+    first, second = (await trajectory(log, trace_subject(run, ta, task, attempt)),
+                     await trajectory(log, trace_subject(run, tb, task, attempt)))
+    if not first.steps and not second.steps:
+        raise TimeTravelError(f"task {task!r} has no attempt {attempt} on the trace in rounds {a} and {b}")
+    return HarnessDiff(run, task, (a, b), (va, vb), (ha.digest, hb.digest), ops, reproduces, ships,
+                       (first, second), diverge(first, second))
+
+
+def harness_in(events: Sequence[Any], variant: str, round: int) -> HarnessConfig:
+    """The harness ``variant`` ran in ``round``: its last version shipped before that round (from the ledger)."""
+    prefix = []
+    for ev in events:
+        if isinstance(ev, HarnessShipped | VariantForked) and ev.round >= round:
+            break
+        prefix.append(ev)
+    variants = RunState.of(prefix).variants
+    if variant not in variants:
+        raise TimeTravelError(f"variant {variant!r} did not exist in round {round}")
+    return variants[variant].harness
+
+
+def _ships(events: Sequence[Any], a: int, b: int) -> list[HarnessShipped | VariantForked]:
+    """Ships and forks made in rounds ``a`` .. ``b - 1``: those that take effect by round ``b``."""
+    return [ev for ev in events if isinstance(ev, HarnessShipped | VariantForked) and a <= ev.round < b]
+
+
+def _slots(h: HarnessConfig) -> dict[str, Any]:
+    return {name: getattr(h.slots, name) for name in h.slots.__struct_fields__}

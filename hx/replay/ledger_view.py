@@ -1,0 +1,358 @@
+"""A run's edit ledger read back for people: its events with their places, and evidence anchors resolved.
+
+``read_ledger`` reads one run's ledger events straight off ``HX_LEDGER`` with the subject
+filter of the run's aggregate (``hx.ledger.evolution.events.<ledger id>.*``), so it costs
+the run's ledger and nothing else, and it does not check the chain as it reads: the
+auditor (``hx.replay.audit``) wants a broken chain to read back so it can name the break.
+``read_copy`` reads the same entries from a JSON-lines copy (``audit.jsonl`` from
+``hx export``, or ``hx log dump --stream HX_LEDGER`` lines of one run).
+
+``AnchorResolver`` turns an evidence ``Anchor`` (a message sequence and an index in its
+frame on ``HX_TRACE``) into the trace event it points to by fetching exactly that message
+(one direct get per distinct sequence, cached), never by reading the trace stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from nats.js.errors import NotFoundError
+
+from hx.aegis.ledger import APP_NAME, ledger_id
+from hx.aegis.operations import describe
+from schemas.envelope import Record, decode_message
+from schemas.errors import DecodeError, HxError
+from schemas.event import Event, event_type
+from schemas.hooks import ProcessorTriggered
+from schemas.ledger import (
+    Anchor,
+    ApprovalGiven,
+    ApprovalRequested,
+    CandidateProposed,
+    CandidateRevised,
+    CriticJudged,
+    GateJudged,
+    HarnessShipped,
+    LedgerEvent,
+    RoundDecided,
+    VariantForked,
+    VariantRetired,
+)
+from schemas.lifecycle import AttemptFinished, AttemptStarted
+from schemas.tools import EnvObservation, ToolInvoked
+from streams.es_layout import LEDGER_ROOT, StreamLayout
+from streams.log import EventLog
+from streams.topology import LEDGER, TRACE, TraceAddress
+
+SUMMARY_WIDTH = 100
+AUDITED = (CandidateProposed, CandidateRevised, CriticJudged, ApprovalRequested, ApprovalGiven, GateJudged,
+           HarnessShipped, VariantForked, VariantRetired)
+"""The ledger events ``hx ledger`` lists: candidates, verdicts, approvals, ships and what changed the pool."""
+
+
+class AuditError(HxError):
+    """A ledger or trace position that an audit command was asked about does not exist or cannot be read."""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One ledger event of a run with its place: its position in the run's ledger and its stream sequence."""
+
+    position: int
+    """1 for the run's ``ledger.opened``; the aggregate version its subject names."""
+    seq: int
+    """The ``HX_LEDGER`` message sequence (0 when read from a file)."""
+    event: LedgerEvent
+
+    @property
+    def type(self) -> str:
+        """The event's type name."""
+        return type(self.event).TYPE
+
+    @property
+    def label(self) -> str:
+        """``event 17 (ledger.gate_judged)``: how problems and listings name it."""
+        return f"event {self.position} ({self.type})"
+
+
+def ledger_filter(run_id: str) -> str:
+    """The subject filter of one run's ledger events on ``HX_LEDGER``."""
+    return StreamLayout.on_ledger(APP_NAME).aggregate_filter(ledger_id(run_id))
+
+
+async def read_ledger(log: EventLog, run_id: str) -> list[LedgerEntry]:
+    """The run's ledger events in stream order, chain unchecked; ``AuditError`` when the run has none."""
+    entries: list[LedgerEntry] = []
+    skipped = log.quarantine.count
+    async for record in log.read(LEDGER.name, subjects=[ledger_filter(run_id)]):
+        if isinstance(record.event, LedgerEvent):
+            _, version = StreamLayout.parse_event_subject(record.subject)
+            entries.append(LedgerEntry(version, record.seq, record.event))
+    if log.quarantine.count > skipped:
+        # An event this hx cannot decode (another schema version) must not pass for a dropped one.
+        bad = log.quarantine.records[-1]
+        raise AuditError(f"the ledger of run {run_id!r} holds an event this hx cannot read (message {bad.seq}, "
+                         f"{bad.type or 'no type'}): {bad.reason}")
+    if not entries:
+        raise AuditError(f"run {run_id!r} has no ledger (no evolution run of that id is on {LEDGER.name})")
+    return entries
+
+
+class _Line(msgspec.Struct):
+    """One line of a ledger copy: ``audit.jsonl`` (position, digest) or ``hx log dump`` (seq, subject)."""
+
+    type: str
+    event: msgspec.Raw
+    position: int | None = None
+    digest: str | None = None
+    version: int | None = None
+    seq: int = 0
+    subject: str = ""
+
+
+def read_copy(path: Path, run_id: str | None = None) -> tuple[list[LedgerEntry], list[str | None], bool]:
+    """(entries, recorded digests, whether positions were recorded) of a JSON-lines ledger copy (of ``run_id``)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise AuditError(f"cannot read {path}: {exc.strerror or exc}") from None
+    entries: list[LedgerEntry] = []
+    digests: list[str | None] = []
+    positioned = True
+    decoder = msgspec.json.Decoder(_Line)
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            line = decoder.decode(raw)
+            cls = event_type(line.type)
+            if not issubclass(cls, LedgerEvent):
+                continue  # a dump of the whole stream also holds integrity records
+            if line.version is not None and line.version != cls.VERSION:
+                raise AuditError(f"schema version {line.version}; this hx reads {cls.VERSION}")
+            event = msgspec.json.decode(line.event, type=cls)
+        except (msgspec.DecodeError, HxError) as exc:
+            raise AuditError(f"{path} line {n} is not a ledger event: {exc}") from None
+        position = line.position
+        if position is None and line.subject.startswith(LEDGER_ROOT + "."):
+            position = StreamLayout.parse_event_subject(line.subject)[1]
+        positioned = positioned and position is not None
+        entries.append(LedgerEntry(position or len(entries) + 1, line.seq, event))
+        digests.append(line.digest)
+    if run_id is not None:
+        kept = [i for i, e in enumerate(entries) if e.event.run_id == run_id]
+        entries, digests = [entries[i] for i in kept], [digests[i] for i in kept]
+    if not entries:
+        raise AuditError(f"{path} holds no ledger event" + (f" of run {run_id!r}" if run_id is not None else ""))
+    runs = list(dict.fromkeys(e.event.run_id for e in entries))
+    if len(runs) > 1 and not any(digests):
+        # A dump of the whole stream; an audit.jsonl is one run's by construction (a foreign run_id is a finding).
+        raise AuditError(f"{path} holds the ledgers of {len(runs)} runs ({', '.join(runs[:4])}); name the one to "
+                         f"verify: hx audit verify RUN --file {path}")
+    if not positioned:
+        entries = [LedgerEntry(i, e.seq, e.event) for i, e in enumerate(entries, 1)]
+    return entries, digests, positioned
+
+
+def round_of(event: LedgerEvent) -> int | None:
+    """The evolution round a ledger event belongs to (None for run-level events)."""
+    value = getattr(event, "round", None)
+    return value if isinstance(value, int) else None
+
+
+def anchors_of(event: LedgerEvent) -> tuple[Anchor, ...]:
+    """The evidence anchors a candidate's manifest cites (none for other events)."""
+    if isinstance(event, CandidateProposed | CandidateRevised):
+        return event.manifest.evidence
+    return ()
+
+
+@dataclass(frozen=True)
+class ResolvedAnchor:
+    """An anchor and what it points to: the trace event's subject, type and a summary, or why it points to nothing."""
+
+    anchor: Anchor
+    subject: str = ""
+    type: str = ""
+    summary: str = ""
+    problem: str = ""
+    """Empty when resolved; else why the anchor is unresolved."""
+
+    @property
+    def resolved(self) -> bool:
+        """True when the anchor names an event of the run on ``HX_TRACE``."""
+        return not self.problem
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form ``hx ledger --json`` writes."""
+        out: dict[str, object] = {"seq": self.anchor.seq, "index": self.anchor.index, "note": self.anchor.note,
+                                  "resolved": self.resolved}
+        if self.resolved:
+            out |= {"subject": self.subject, "type": self.type, "summary": self.summary}
+        else:
+            out["problem"] = self.problem
+        return out
+
+
+class AnchorResolver:
+    """Resolves anchors of one run by fetching exactly the trace messages they name (each once)."""
+
+    def __init__(self, log: EventLog, run_id: str) -> None:
+        self.log = log
+        self.run_id = run_id
+        self._messages: dict[int, list[Record] | str] = {}
+        self.fetched = 0
+        """Trace messages fetched so far (what the resolution cost)."""
+
+    async def _message(self, seq: int) -> list[Record] | str:
+        cached = self._messages.get(seq)
+        if cached is not None:
+            return cached
+        self.fetched += 1
+        got: list[Record] | str
+        try:
+            msg = await self.log.js.get_msg(TRACE.name, seq=seq)
+            got = decode_message(msg.subject or "", seq, msg.headers, msg.data or b"")
+        except NotFoundError:
+            got = f"no message at sequence {seq} on {TRACE.name}"
+        except DecodeError as exc:
+            got = f"the message at sequence {seq} does not decode: {exc}"
+        self._messages[seq] = got
+        return got
+
+    async def resolve(self, anchor: Anchor) -> ResolvedAnchor:
+        """What ``anchor`` points to, or why it is unresolved."""
+        if anchor.seq < 1:
+            return ResolvedAnchor(anchor, problem=f"sequence {anchor.seq} is no position on {TRACE.name}")
+        records = await self._message(anchor.seq)
+        if isinstance(records, str):
+            return ResolvedAnchor(anchor, problem=records)
+        if not 0 <= anchor.index < len(records):
+            return ResolvedAnchor(anchor, problem=f"message {anchor.seq} holds {len(records)} event(s): "
+                                                  f"no index {anchor.index}")
+        record = records[anchor.index]
+        run = TraceAddress.parse(record.subject).run
+        if run != self.run_id:
+            return ResolvedAnchor(anchor, problem=f"message {anchor.seq} ({record.subject}) belongs to run "
+                                                  f"{run!r}, not {self.run_id!r}")
+        return ResolvedAnchor(anchor, record.subject, record.type, summary(record.event))
+
+    async def resolve_all(self, anchors: Iterable[Anchor]) -> list[ResolvedAnchor]:
+        """Every anchor resolved, in order."""
+        return [await self.resolve(a) for a in anchors]
+
+
+def _cut(text: str, width: int = SUMMARY_WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def summary(event: Event) -> str:
+    """A trace event in a few words: what an auditor needs to see that it is the evidence claimed."""
+    if isinstance(event, EnvObservation):
+        return _cut(f"step {event.step}: {event.observation}")
+    if isinstance(event, ToolInvoked):
+        return _cut(f"step {event.step}: {event.call.name} {event.call.input}")
+    if isinstance(event, ProcessorTriggered):
+        return _cut(f"step {event.step}: {event.group} {event.action} at {event.hook}: {event.reason}")
+    if isinstance(event, AttemptFinished):
+        return _cut(f"{'passed' if event.passed else 'failed'}: {event.status} after {event.steps} steps "
+                    f"{event.reason}".strip())
+    if isinstance(event, AttemptStarted):
+        return _cut(f"{event.task_id} attempt {event.attempt} under {event.harness_digest[:19]}")
+    return _cut(type(event).TYPE)
+
+
+def headline(event: LedgerEvent) -> str:
+    """One line saying what a ledger event recorded (the node text of ``hx ledger``)."""
+    if isinstance(event, CandidateProposed):
+        ops = "; ".join(describe(op) for op in event.operations)
+        built = f" (does not build: {event.build_error})" if event.build_error else ""
+        return (f"candidate {event.candidate} on {event.variant} by {event.evolver}: {ops}{built}; "
+                f"risk {event.risk:.1f}")
+    if isinstance(event, CandidateRevised):
+        ops = "; ".join(describe(op) for op in event.operations)
+        return f"candidate {event.candidate} revised ({event.reason}): {ops}"
+    if isinstance(event, CriticJudged):
+        said = "no-op" if event.no_op else f"ranking {', '.join(event.ranking) or '(empty)'}"
+        extra = f"; revise {', '.join(event.revisions)}" if event.revisions else ""
+        concern = f"; concern: {event.strategy_concern}" if event.strategy_concern else ""
+        return f"critic ({event.critic}): {said}{extra}{concern}"
+    if isinstance(event, GateJudged):
+        verdict = f"passed ({event.outcome})" if event.passed else f"rejected at {event.first_failure or '?'}"
+        flips = sum(f.after and not f.before for f in event.flips), sum(f.before and not f.after for f in event.flips)
+        rounds = ", ".join(map(str, event.trace_rounds)) or "none"
+        return (f"gate on {event.candidate} ({event.variant}): {verdict}; {flips[0]} fixed, {flips[1]} broken; "
+                f"trace rounds {rounds}")
+    if isinstance(event, HarnessShipped):
+        return (f"shipped {', '.join(event.candidates)} to {event.variant}: "
+                f"{event.digest_before[:19]} -> {event.digest_after[:19]}")
+    if isinstance(event, VariantForked):
+        return (f"forked {event.variant} from {event.parent} with {event.candidate}: {event.digest[:19]}"
+                + (f" for {', '.join(event.clusters)}" if event.clusters else ""))
+    if isinstance(event, VariantRetired):
+        return f"retired {event.variant}: {event.reason}"
+    if isinstance(event, ApprovalRequested):
+        return f"approval asked for {event.candidate} (risk {event.risk:.1f}): {event.reason}"
+    if isinstance(event, ApprovalGiven):
+        return f"{'approved' if event.approved else 'refused'} {event.candidate}" + (f" by {event.by}" if event.by
+                                                                                       else "")
+    return type(event).TYPE
+
+
+def rounds_of(entries: Sequence[LedgerEntry]) -> list[int]:
+    """The evolution rounds a ledger has events of, in order."""
+    return sorted({r for e in entries if (r := round_of(e.event)) is not None and r >= 0})
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One listed ledger event: its round, its place, what it recorded, its evidence resolved."""
+
+    round: int
+    entry: LedgerEntry
+    anchors: tuple[ResolvedAnchor, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON line ``hx ledger --json`` writes."""
+        return {"round": self.round, "position": self.entry.position, "seq": self.entry.seq, "type": self.entry.type,
+                "summary": headline(self.entry.event), "event": msgspec.to_builtins(self.entry.event),
+                "anchors": [a.as_dict() for a in self.anchors]}
+
+
+@dataclass(frozen=True)
+class LedgerListing:
+    """What ``hx ledger`` shows: the rows by round, each round's decision, and what resolving cost."""
+
+    run_id: str
+    events: int
+    rows: tuple[LedgerRow, ...]
+    decisions: dict[int, RoundDecided]
+    fetched: int
+    """Trace messages fetched to resolve the anchors."""
+
+
+async def listing(log: EventLog, run_id: str, round: int | None = None) -> LedgerListing:
+    """Every candidate, verdict, approval and ship of a run (or of one round), anchors resolved."""
+    entries = await read_ledger(log, run_id)
+    known = rounds_of(entries)
+    if round is not None and round not in known:
+        have = f"rounds {known[0]}..{known[-1]}" if known else "no round yet"
+        raise AuditError(f"run {run_id!r} has no round {round} on its ledger ({have})")
+    proposed_in = {e.event.candidate: e.event.round for e in entries if isinstance(e.event, CandidateProposed)}
+    resolver = AnchorResolver(log, run_id)
+    rows: list[LedgerRow] = []
+    decisions: dict[int, RoundDecided] = {}
+    for entry in entries:
+        ev = entry.event
+        rnd = round_of(ev) if not isinstance(ev, ApprovalGiven) else proposed_in.get(ev.candidate)
+        if rnd is None or (round is not None and rnd != round):
+            continue
+        if isinstance(ev, RoundDecided):
+            decisions[rnd] = ev
+        elif isinstance(ev, AUDITED):
+            rows.append(LedgerRow(rnd, entry, tuple(await resolver.resolve_all(anchors_of(ev)))))
+    return LedgerListing(run_id, len(entries), tuple(rows), decisions, resolver.fetched)

@@ -1,0 +1,178 @@
+"""Regressions of a round: tasks whose pass@k state worsened against the round before, the ships between, the evidence.
+
+A task *regresses* in round ``N`` when it was solved in round ``N-1`` (some of its ``k``
+attempts passed) and is solved in none of round ``N``'s: the gate's seesaw definition,
+computed by the planner's own ``regressions`` over the ledger's digests. For each one this
+module gathers what an engineer needs to find the cause: the ships recorded between the two
+rounds' rollouts (candidates, levers, manifests, operations), the failing attempts' verdicts
+(status, reason, steps, the digest's failure category and evidence anchors), and the model
+versions each round ran (a co-evolution run changes the policy between rounds too, so a
+regression may be the model's), with the learner's updates in between.
+
+It reads the run's ledger (one subject filter), the round-level trace events, and only the
+attempt subjects of the regressed tasks in the two rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hx.aegis.export_fold import RunFold, ShipEvent
+from hx.aegis.export_rounds import carried
+from hx.aegis.operations import describe
+from hx.aegis.planner import regressions as planned_regressions
+from hx.aegis.state import Candidate, RunState
+from hx.replay.timetravel import RunMarks, TimeTravelError, run_marks
+from schemas.learn import PolicyUpdated
+from schemas.ledger import Anchor, LedgerEvent, TaskDigest
+from schemas.lifecycle import AttemptFinished, AttemptStarted
+from schemas.model import ModelResponse
+from streams.log import EventLog
+from streams.topology import LEARN, TRACE, subject_token, trace_filter
+
+
+@dataclass
+class AttemptEvidence:
+    """One attempt of a task in one round: where it ran and how it ended."""
+
+    trace_round: int
+    attempt: int
+    passed: bool = False
+    status: str = ""
+    reason: str = ""
+    steps: int = 0
+    score: float = 0.0
+    seed: int = 0
+    harness: str = ""
+    model: str = ""
+    versions: set[str] = field(default_factory=set)
+    """Model versions its responses reported (the policy version in a co-evolution run)."""
+
+
+@dataclass
+class ShipBetween:
+    """A ship (or fork) recorded between the two rounds: what it changed and what it promised."""
+
+    event: ShipEvent
+    candidates: list[Candidate]
+
+    @property
+    def operations(self) -> list[str]:
+        """Its builder operations, one line each."""
+        return [describe(op) for op in self.event.operations]
+
+
+@dataclass
+class Regression:
+    """One regressed task with its digests of both rounds and its attempts in each."""
+
+    task: str
+    variant: str
+    before: TaskDigest
+    after: TaskDigest
+    attempts_before: list[AttemptEvidence]
+    attempts_after: list[AttemptEvidence]
+    suspects: tuple[str, ...]
+    """Candidates shipped to the task's variant between the rounds (the planner's suspects)."""
+
+    @property
+    def anchors(self) -> tuple[Anchor, ...]:
+        """The failing round's evidence anchors (log positions on ``HX_TRACE``)."""
+        return self.after.evidence
+
+
+@dataclass
+class RoundRegressions:
+    """``hx regressions``: a round's regressions against the round before."""
+
+    run: str
+    round: int
+    tasks: int
+    regressions: list[Regression]
+    ships: list[ShipBetween]
+    policy_before: list[str]
+    policy_after: list[str]
+    updates: list[PolicyUpdated]
+    """Learner updates between the two rounds' rollouts (co-evolution)."""
+
+
+def ledger_state(marks: RunMarks) -> tuple[list[LedgerEvent], RunState]:
+    """The run's ledger events and the loop's ``RunState`` folded from them."""
+    events = [r.event for r in marks.ledger if isinstance(r.event, LedgerEvent)]
+    return events, RunState.of(events)
+
+
+def check_pair(marks: RunMarks, state: RunState, round: int) -> None:
+    """Raise ``TimeTravelError`` unless rounds ``round - 1`` and ``round`` were both digested."""
+    known = sorted(state.digests)
+    if round not in state.digests:
+        have = f"rounds {known[0]}..{known[-1]}" if known else "no digested round"
+        raise TimeTravelError(f"run {marks.run!r} has no round {round} ({have})")
+    if round - 1 not in state.digests:
+        raise TimeTravelError(f"round {round} of run {marks.run!r} has no round before it to compare with")
+
+
+async def attempts_of(log: EventLog, run: str, trace_rounds: list[int], tasks: list[str]) -> dict[str, list[
+        AttemptEvidence]]:
+    """The attempts of ``tasks`` in ``trace_rounds``: one read of just those tasks' attempt subjects."""
+    out: dict[str, dict[tuple[int, int], AttemptEvidence]] = {t: {} for t in tasks}
+    subjects = [trace_filter(run, n, t) for n in trace_rounds for t in tasks]
+    if not subjects:
+        return {t: [] for t in tasks}
+    async for r in log.read(TRACE.name, subjects=subjects,
+                            types=[AttemptStarted.TYPE, AttemptFinished.TYPE, ModelResponse.TYPE]):
+        ev = r.event
+        parts = r.subject.split(".")
+        task = next((t for t in tasks if subject_token(t) == parts[4]), None)
+        if task is None:
+            continue
+        key = (int(parts[3]), int(parts[5]))
+        a = out[task].setdefault(key, AttemptEvidence(*key))
+        if isinstance(ev, AttemptStarted):
+            a.seed, a.harness, a.model = ev.seed, ev.harness_digest, ev.model
+        elif isinstance(ev, AttemptFinished):
+            a.passed, a.status, a.reason, a.steps, a.score = ev.passed, ev.status, ev.reason, ev.steps, ev.score
+        elif isinstance(ev, ModelResponse) and ev.model_version:
+            a.versions.add(ev.model_version)
+    return {t: [v for _, v in sorted(by.items())] for t, by in out.items()}
+
+
+async def learner_updates(log: EventLog, run: str, after_trace: int, through_trace: int) -> list[PolicyUpdated]:
+    """Policy updates a run's learners made after trace round ``after_trace`` and before ``through_trace``."""
+    out = []
+    async for r in log.read(LEARN.name, subjects=[f"hx.learn.{subject_token(run)}.*"], types=[PolicyUpdated.TYPE]):
+        ev = r.event
+        if isinstance(ev, PolicyUpdated) and after_trace <= ev.through_round < through_trace:
+            out.append(ev)
+    return out
+
+
+def _policies(attempts: dict[str, list[AttemptEvidence]]) -> list[str]:
+    seen = {v for rows in attempts.values() for a in rows for v in (a.versions or {a.model})}
+    return sorted(v for v in seen if v)
+
+
+async def round_regressions(log: EventLog, run: str, round: int) -> RoundRegressions:
+    """The regressions of ``round`` against ``round - 1``, with the ships between and their evidence."""
+    marks = await run_marks(log, run)
+    if not marks.evolution:
+        raise TimeTravelError(f"run {run!r} has no ledger: regressions are read from an evolution run's rounds")
+    events, state = ledger_state(marks)
+    check_pair(marks, state, round)
+    after = {d.task: d for d in state.digests[round]}
+    before = {d.task: d for d in state.digests[round - 1]}
+    found = planned_regressions(state, round, state.digests[round])
+    names = [r.task for r in found]
+    trace_before = [t.number for t in marks.main_rounds(round - 1)]
+    trace_after = [t.number for t in marks.main_rounds(round)]
+    attempts_before = await attempts_of(log, run, trace_before, names)
+    attempts_after = await attempts_of(log, run, trace_after, names)
+    fold = RunFold.of(events)
+    ships = [ShipBetween(s, [state.candidates[c] for c in carried(s) if c in state.candidates])
+             for s in fold.round(round).between]
+    regs = [Regression(r.task, r.variant, before[r.task], after[r.task], attempts_before[r.task],
+                       attempts_after[r.task], r.suspects) for r in found]
+    updates = (await learner_updates(log, run, max(trace_before), min(trace_after))
+               if trace_before and trace_after else [])
+    return RoundRegressions(run, round, len(after), regs, ships, _policies(attempts_before),
+                            _policies(attempts_after), updates)

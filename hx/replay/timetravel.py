@@ -1,0 +1,257 @@
+"""Time travel, hx's part: a run's rounds as log positions, and a run's state (``hx state``) as of one.
+
+``--as-of`` takes ``rN`` (round ``N`` of a run) or a bare stream sequence (``1234``). A round
+becomes a position per stream: on ``HX_LEDGER`` the run's ``RoundDecided`` of that round, on
+``HX_TRACE`` the last ``RoundFinished`` of the trace rounds that belong to it (``stage_round``
+of an evolution run; the trace round itself for a plain ``hx run``).
+
+A projection folded as of a position is ``ProjectionRunner.as_of``/``fold_as_of``
+(``projections/runner.py``): it starts from the nearest sound snapshot (``projections/snapshots.py``)
+or checkpoint at or before the position and never writes the checkpoint. This module is what is
+hx's own: the rounds of a run on the log, a round -> position mapping, and the ``hx state`` view.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nats.js.errors import NotFoundError
+
+from hx.aegis.ledger import APP_NAME, ledger_id
+from hx.aegis.session import EvolutionReport, report
+from projections.harness_state import HarnessState, HarnessVersion, RunHarnesses
+from projections.runner import ProjectionRunner
+from projections.task_history import TaskHistory, TaskRound
+from schemas.envelope import HX_TIME, Record
+from schemas.errors import HxError
+from schemas.ledger import RoundDecided
+from schemas.lifecycle import AttemptFinished, RoundFinished, RoundStarted
+from streams.es_layout import StreamLayout
+from streams.log import EventLog
+from streams.topology import LEDGER, NO_TOKEN, TRACE, subject_token, trace_filter
+
+_AS_OF = re.compile(r"(?:[rR](?P<round>\d+)|(?P<seq>\d+))")
+
+
+class TimeTravelError(HxError):
+    """A position, round, run or task that time travel cannot find on the log."""
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """Where to stop: a round of a run (``r3``) or a stream sequence (``1234``)."""
+
+    round: int | None = None
+    seq: int | None = None
+
+    def __str__(self) -> str:
+        return f"r{self.round}" if self.round is not None else str(self.seq)
+
+
+def parse_as_of(text: str) -> AsOf:
+    """``r3`` is round 3, ``1234`` stream sequence 1234; anything else is a ``TimeTravelError``.
+
+    >>> parse_as_of("r3"), parse_as_of("1234")
+    (AsOf(round=3, seq=None), AsOf(round=None, seq=1234))
+    """
+    match = _AS_OF.fullmatch(text.strip())
+    if match is None:
+        raise TimeTravelError(f"--as-of {text!r} is neither a round (r3) nor a stream sequence (1234)")
+    if match["round"] is not None:
+        return AsOf(round=int(match["round"]))
+    seq = int(match["seq"])
+    if seq < 1:
+        raise TimeTravelError("a stream sequence starts at 1")
+    return AsOf(seq=seq)
+
+
+# --- a run's rounds on the log ----------------------------------------------------------------
+
+
+def ledger_filter(run: str) -> str:
+    """The subject filter of one run's ledger events on ``HX_LEDGER``."""
+    return StreamLayout.on_ledger(APP_NAME).aggregate_filter(ledger_id(run))
+
+
+def round_level_filter(run: str) -> str:
+    """The subject filter of one run's round-level trace events (no attempt frame is opened)."""
+    return f"hx.trace.{subject_token(run)}.*.{NO_TOKEN}.{NO_TOKEN}"
+
+
+@dataclass
+class TraceRound:
+    """One trace round of a run: why it ran and where it ended on the trace."""
+
+    started: RoundStarted
+    start_seq: int
+    time_ns: int
+    end_seq: int = 0
+    """The sequence of its ``RoundFinished`` (0: not finished)."""
+
+    @property
+    def number(self) -> int:
+        """The trace round."""
+        return self.started.round
+
+
+@dataclass
+class RunMarks:
+    """A run's landmarks: its ledger records (with positions) and its trace rounds."""
+
+    run: str
+    ledger: list[Record]
+    trace: dict[int, TraceRound]
+
+    @property
+    def evolution(self) -> bool:
+        """True for a run with an edit ledger (``hx evolve``/``hx coevolve``)."""
+        return bool(self.ledger)
+
+    def decided(self) -> dict[int, Record]:
+        """Evolution round -> its ``RoundDecided`` record."""
+        return {r.event.round: r for r in self.ledger if isinstance(r.event, RoundDecided)}
+
+    def rounds(self) -> list[int]:
+        """The run's rounds: decided evolution rounds, or the trace rounds of a plain run."""
+        return sorted(self.decided()) if self.evolution else sorted(self.trace)
+
+    def main_rounds(self, stage: int) -> list[TraceRound]:
+        """The main adaptation rollouts (one per variant) of an evolution round."""
+        return [t for _, t in sorted(self.trace.items())
+                if t.started.purpose == "main" and t.started.split != "heldout" and t.started.stage_round == stage]
+
+    def check_round(self, round: int) -> None:
+        """Raise ``TimeTravelError`` unless the run has round ``round``."""
+        known = self.rounds()
+        if round not in known:
+            have = f"rounds {known[0]}..{known[-1]}" if known else "no finished round"
+            raise TimeTravelError(f"run {self.run!r} has no round {round} ({have})")
+
+    def position(self, as_of: AsOf, stream: str) -> int:
+        """The sequence of ``stream`` that ``as_of`` names (a round's end, or the sequence itself)."""
+        if as_of.seq is not None:
+            return as_of.seq
+        assert as_of.round is not None
+        self.check_round(as_of.round)
+        if stream == LEDGER.name:
+            if not self.evolution:
+                raise TimeTravelError(f"run {self.run!r} has no ledger: a round has no position on {stream}")
+            return self.decided()[as_of.round].seq
+        if stream != TRACE.name:
+            raise TimeTravelError(f"a round has no position on {stream}: give a stream sequence")
+        if self.evolution:
+            ends = [t.end_seq for t in self.trace.values() if 0 <= t.started.stage_round <= as_of.round]
+        else:
+            ends = [self.trace[as_of.round].end_seq]
+        if not ends or not max(ends):
+            raise TimeTravelError(f"round {as_of.round} of run {self.run!r} has no finished trace round")
+        return max(ends)
+
+
+async def run_marks(log: EventLog, run: str) -> RunMarks:
+    """Read a run's ledger and its round-level trace events (two subject-filtered reads)."""
+    ledger = [r async for r in log.read(LEDGER.name, subjects=[ledger_filter(run)])]
+    trace: dict[int, TraceRound] = {}
+    async for r in log.read(TRACE.name, subjects=[round_level_filter(run)],
+                            types=[RoundStarted.TYPE, RoundFinished.TYPE]):
+        ev = r.event
+        if isinstance(ev, RoundStarted) and ev.round not in trace:
+            trace[ev.round] = TraceRound(ev, r.seq, r.time_ns)
+        elif isinstance(ev, RoundFinished) and ev.round in trace:
+            trace[ev.round].end_seq = r.seq
+    if not ledger and not trace:
+        raise TimeTravelError(f"run {run!r} is not on the log")
+    return RunMarks(run, ledger, trace)
+
+
+async def time_of(log: EventLog, stream: str, seq: int) -> int:
+    """The append time (``Hx-Time``, ns) of message ``seq`` of ``stream``; ``TimeTravelError`` past the end."""
+    last = await log.last_seq(stream)
+    if not 1 <= seq <= last:
+        raise TimeTravelError(f"position {seq} is not on {stream} (sequences 1..{last})")
+    try:
+        msg = await log.js.get_msg(stream, seq)
+    except NotFoundError:
+        raise TimeTravelError(f"message {seq} of {stream} is gone") from None
+    try:
+        return int((msg.headers or {}).get(HX_TIME, "0"))
+    except ValueError:
+        return 0
+
+
+# --- a run's state as of a round or a ledger position -----------------------------------------
+
+
+@dataclass
+class TaskAt:
+    """One task's verdicts round by round (evolution rounds), as of the cut."""
+
+    task: str
+    rounds: dict[int, TaskRound]
+
+    def pass_at(self, round: int, k: int) -> float | None:
+        """pass@k of the task in ``round`` (None when it did not run then or ran fewer than k attempts)."""
+        tr = self.rounds.get(round)
+        return tr.pass_at(min(k, tr.n)) if tr is not None and tr.n else None
+
+
+@dataclass
+class RunAt:
+    """What ``hx state`` shows: the harness of every variant, the task history and the scoreboard at a point."""
+
+    run: str
+    as_of: AsOf
+    ledger_seq: int
+    round: int | None
+    """The last round decided at the cut (None: none yet)."""
+    harnesses: dict[str, HarnessVersion]
+    """Each live variant's harness version at the cut."""
+    ran: dict[str, HarnessVersion]
+    """Each variant's harness during ``round``."""
+    tasks: list[TaskAt]
+    report: EvolutionReport
+    k: int
+
+
+async def run_at(log: EventLog, run: str, as_of: AsOf) -> RunAt:
+    """Fold the run's ledger (``HarnessState`` and the loop's own ``RunState``) and trace verdicts up to ``as_of``.
+
+    A round cuts at its ``RoundDecided``; a bare sequence is a position on ``HX_LEDGER``. The
+    trace is cut at the same moment (the append time of the ledger event): attempts that
+    finished by then count.
+    """
+    marks = await run_marks(log, run)
+    if not marks.evolution:
+        raise TimeTravelError(f"run {run!r} has no ledger: hx state reads evolution runs (hx evolve, hx coevolve)")
+    cut = marks.position(as_of, LEDGER.name)
+    cut_time = await time_of(log, LEDGER.name, cut)
+    records = [r for r in marks.ledger if r.seq <= cut]
+    if not records:
+        raise TimeTravelError(f"run {run!r} has no ledger event at or before position {cut} "
+                              f"(its first is at {marks.ledger[0].seq})")
+    harness: ProjectionRunner[dict[str, RunHarnesses]] = ProjectionRunner(log, HarnessState())
+    for r in records:
+        harness.apply(r)
+    mine = harness.state[run]
+    events = [r.event for r in records]
+    board = report(events, {})
+    decided = [r.round for r in board.rounds]
+    last = max(decided) if decided else None
+    history: ProjectionRunner[dict[str, TaskRound]] = ProjectionRunner(log, TaskHistory())
+    mains = {t.number: t.started.stage_round for t in marks.trace.values() if t.started.purpose == "main"
+             and t.started.split != "heldout" and t.time_ns <= cut_time}
+    if mains:
+        async for r in log.read(TRACE.name, subjects=[trace_filter(run, n) for n in sorted(mains)],
+                                types=[AttemptFinished.TYPE]):
+            if r.time_ns <= cut_time:
+                history.apply(r)
+    tasks: dict[str, TaskAt] = {}
+    for tr in history.state.values():
+        stage = mains.get(tr.round)
+        if stage is not None:
+            tasks.setdefault(tr.task, TaskAt(tr.task, {})).rounds[stage] = tr
+    opened = events[0]
+    k = int(getattr(opened, "settings", {}).get("attempts", 2) or 2)
+    return RunAt(run, as_of, cut, last, mine.active(), mine.as_of(last) if last is not None else {},
+                 sorted(tasks.values(), key=lambda t: t.task), board, k)

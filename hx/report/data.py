@@ -1,0 +1,141 @@
+"""What a run's report shows, folded from its log: the export fold of its ledger and its learner's records.
+
+``ReportData.of(records, learner)`` reuses the fold behind ``hx export`` (``RunFold``, its
+``curves``) and the run report of ``hx evolve`` (``session.report``), and reduces them to
+the figures' series: one ``RoundFigures`` per round, the held-out evaluations in ledger
+order, and the learner's passes. It reads no clock and no memory: the same log gives the
+same data.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hx.aegis.export import curves
+from hx.aegis.export_fold import RoundRecords, RunFold
+from hx.aegis.export_rounds import carried
+from hx.aegis.session import EvolutionReport, report
+from schemas.errors import HxError
+from schemas.event import Event
+from schemas.learn import PolicyUpdated, UpdateSkipped
+from schemas.ledger import BUCKETS, HarnessShipped, HeldoutScored, LedgerEvent, VariantForked
+from streams.log import EventLog
+from streams.topology import LEARN, subject_token
+
+LearnerRecord = PolicyUpdated | UpdateSkipped
+
+
+class ReportError(HxError):
+    """A report cannot be made: no such run, or a directory that cannot be written."""
+
+
+@dataclass(frozen=True)
+class RoundFigures:
+    """One round's numbers, as the figures plot them."""
+
+    round: int
+    outcome: str
+    pass_at_k: float | None
+    """Adaptation pass@k over all the round's tasks."""
+    variants: dict[str, float]
+    """Variant -> share of its tasks solved this round (pass@k)."""
+    lever_mix: dict[str, int]
+    """Shipped edits so far per bucket (``RoundMetrics.lever_mix``)."""
+    proposed: dict[str, int]
+    """Bucket -> candidates proposed this round that touch it."""
+    passed: dict[str, int]
+    """Bucket -> of those, candidates that passed the gate."""
+    shipped: dict[str, int]
+    """Bucket -> of those, candidates shipped or forked this round."""
+    ships: int
+    """Harness ships (``ledger.harness_shipped``) this round."""
+    forks: int
+    retirements: int
+    regressions: int
+    shipped_names: tuple[str, ...]
+
+
+@dataclass
+class ReportData:
+    """Everything the report page and its figures show."""
+
+    run_id: str
+    strategy: str
+    benches: tuple[str, ...]
+    model: str
+    summary: EvolutionReport
+    """The run report ``hx evolve`` prints: status, held-out before and after per game, live variants."""
+    reason: str
+    rounds: list[RoundFigures] = field(default_factory=list)
+    heldout: list[HeldoutScored] = field(default_factory=list)
+    """Every held-out evaluation in ledger order (round -1: before the first round)."""
+    learner: list[LearnerRecord] = field(default_factory=list)
+    ledger_events: int = 0
+
+    @classmethod
+    def of(cls, records: Sequence[LedgerEvent], learner: Sequence[Event] = ()) -> ReportData:
+        """Fold a run's ledger records and its learner records (``ExportError`` if the ledger does not fold)."""
+        fold = RunFold.of(records)
+        settings = fold.opened.settings
+        summary = report(records, {})
+        updates = [r for r in learner if isinstance(r, PolicyUpdated | UpdateSkipped)]
+        if updates:  # the report folds the ledger only; the learner's passes come from HX_LEARN
+            summary.learner = list(updates)
+            summary.policy = next((u.version for u in reversed(updates) if isinstance(u, PolicyUpdated)), "")
+        rows = {row["round"]: row for row in curves(fold)["rounds"]}
+        return cls(run_id=fold.opened.run_id, strategy=fold.opened.strategy,
+                   benches=tuple(str(b) for b in settings.get("benches", ())), model=str(settings.get("model", "")),
+                   summary=summary, reason=fold.finished.reason if fold.finished else "",
+                   rounds=[round_figures(fold, rnd, rows[rnd.round]) for rnd in fold.ordered()],
+                   heldout=list(fold.heldout), learner=updates, ledger_events=len(records))
+
+    @property
+    def coevolution(self) -> bool:
+        """True when the run has learner passes (a co-evolution run)."""
+        return bool(self.learner)
+
+    def variant_names(self) -> list[str]:
+        """Every variant that ran a round, in order of first appearance."""
+        return list(dict.fromkeys(v for r in self.rounds for v in r.variants))
+
+
+def round_figures(fold: RunFold, rnd: RoundRecords, curve: dict[str, Any]) -> RoundFigures:
+    """One round's figures from its records and its row of ``curves.json``."""
+    digests = rnd.digested.digests if rnd.digested else ()
+    tasks: Counter[str] = Counter(d.variant for d in digests)
+    solved: Counter[str] = Counter(d.variant for d in digests if d.solved)
+    shipped_ids = {c for s in rnd.ships for c in carried(s)}
+    proposed: Counter[str] = Counter()
+    passed: Counter[str] = Counter()
+    shipped: Counter[str] = Counter()
+    for first in rnd.proposed:
+        cid = first.candidate
+        gate = rnd.gates.get(cid)
+        for bucket in fold.final(cid).buckets:
+            proposed[bucket] += 1
+            passed[bucket] += bool(gate is not None and gate.passed)
+            shipped[bucket] += cid in shipped_ids
+    metrics = rnd.decided.metrics if rnd.decided else None
+    return RoundFigures(
+        round=rnd.round, outcome=str(curve["outcome"] or "undecided"), pass_at_k=curve["pass_at_k"],
+        variants={v: solved[v] / n for v, n in tasks.items()},
+        lever_mix={b: (metrics.lever_mix.get(b, 0) if metrics else 0) for b in BUCKETS},
+        proposed={b: proposed[b] for b in BUCKETS}, passed={b: passed[b] for b in BUCKETS},
+        shipped={b: shipped[b] for b in BUCKETS},
+        ships=sum(isinstance(s, HarnessShipped) for s in rnd.ships),
+        forks=sum(isinstance(s, VariantForked) for s in rnd.ships), retirements=len(rnd.retired),
+        regressions=int(curve["regressions"] or 0), shipped_names=tuple(c for s in rnd.ships for c in carried(s)))
+
+
+def learn_filter(run_id: str) -> str:
+    """The ``HX_LEARN`` subjects of every learner of a run (``learn_subject`` with any learner)."""
+    # Built here rather than imported from hx.learner.trainer, which loads JAX (seconds) for one string.
+    return f"{LEARN.subjects[0].rstrip('>')}{subject_token(run_id)}.*"
+
+
+async def learner_records(log: EventLog, run_id: str) -> list[Event]:
+    """Every learner record of a run on ``HX_LEARN``, in log order (none for a run without a learner)."""
+    return [r.event async for r in log.read(LEARN.name, subjects=[learn_filter(run_id)])]

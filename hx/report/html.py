@@ -1,0 +1,132 @@
+"""A run's report as one self-contained HTML page: inline CSS, figures as base64 PNG data URIs, no network.
+
+``page(data, plots)`` writes the header (run, benchmarks, model, rounds, status), the
+held-out table before and after, a row per round, and each figure with its caption. It
+reads no clock: the same data and figures give the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Sequence
+from html import escape
+
+from hx.report.data import ReportData
+from hx.report.figures import Plot
+from schemas.ledger import GameScore
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1180px;
+       padding: 0 1rem; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6rem; margin-bottom: 0.2rem; } h1 code { font-size: 1.5rem; }
+h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
+dl.meta { display: grid; grid-template-columns: max-content auto; gap: 0.2rem 1rem; margin: 1rem 0; }
+dl.meta dt { font-weight: 600; color: #555; } dl.meta dd { margin: 0; }
+table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.92rem; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; }
+th { background: #f4f4f4; } td.text, th.text { text-align: left; }
+figure { margin: 1.2rem 0 2rem; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.9rem; color: #444; margin-top: 0.4rem; max-width: 60rem; }
+.up { color: #2a7a2a; } .down { color: #b03030; } .muted { color: #777; }
+"""
+
+
+def data_uri(png: bytes) -> str:
+    """A PNG as a ``data:`` URI.
+
+    >>> data_uri(b"\\x89PNG")
+    'data:image/png;base64,iVBORw=='
+    """
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _change(before: float | None, after: float | None) -> str:
+    if before is None or after is None:
+        return "<td>–</td>"
+    points = 100 * (after - before)
+    kind = "up" if points > 0 else "down" if points < 0 else "muted"
+    return f'<td class="{kind}">{points:+.1f} pts</td>'
+
+
+def _table(headers: Sequence[str], rows: Iterable[str], text_columns: int = 1) -> str:
+    head = "".join(f'<th class="text">{escape(h)}</th>' if i < text_columns else f"<th>{escape(h)}</th>"
+                   for i, h in enumerate(headers))
+    body = "".join(rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" if body else (
+        '<p class="muted">(none)</p>')
+
+
+def heldout_table(data: ReportData) -> str:
+    """Held-out pass@1 and pass@2 per game and overall, before the first round and after the last evaluation."""
+    s = data.summary
+    rows = []
+
+    def row(name: str, tasks: int, before: GameScore | None, after: GameScore | None) -> str:
+        b2, a2 = (before.pass_at_2 if before else None), (after.pass_at_2 if after else None)
+        return (f'<tr><td class="text">{escape(name)}</td><td>{tasks}</td>'
+                f"<td>{_rate(before.pass_at_1 if before else None)}</td><td>{_rate(b2)}</td>"
+                f"<td>{_rate(after.pass_at_1 if after else None)}</td><td>{_rate(a2)}</td>{_change(b2, a2)}</tr>")
+    for game, before, after in s.games():
+        known = before or after
+        rows.append(row(game, known.tasks if known else 0, before, after))
+    hb, ha = s.heldout_before, s.heldout_after
+    if hb is not None or ha is not None:
+        overall = [GameScore(game="all", tasks=h.tasks, pass_at_1=h.pass_at_1, pass_at_2=h.pass_at_2)
+                   if h is not None else None for h in (hb, ha)]
+        scored = hb or ha
+        rows.append(row("all games", scored.tasks if scored else 0, overall[0], overall[1]))
+    after_round = f"after round {ha.round}" if ha is not None else "after"
+    return _table(["game", "tasks", "pass@1 before", "pass@2 before", f"pass@1 {after_round}",
+                   f"pass@2 {after_round}", "pass@2 change"], rows)
+
+
+def rounds_table(data: ReportData) -> str:
+    """One row per round: outcome, adaptation pass@k (per variant), ships, forks, regressions, shipped candidates."""
+    rows = []
+    for r in data.rounds:
+        per_variant = ", ".join(f"{v} {share:.2f}" for v, share in r.variants.items())
+        rows.append(f'<tr><td>{r.round}</td><td class="text">{escape(r.outcome)}</td><td>{_rate(r.pass_at_k)}</td>'
+                    f'<td class="text">{escape(per_variant) or "–"}</td><td>{r.ships}</td><td>{r.forks}</td>'
+                    f"<td>{r.retirements}</td><td>{r.regressions}</td>"
+                    f'<td class="text">{escape(", ".join(r.shipped_names)) or "–"}</td></tr>')
+    return _table(["round", "outcome", "pass@k", "per variant", "ships", "forks", "retired", "regressions",
+                   "shipped or forked"], rows, text_columns=1)
+
+
+def figure(plot: Plot) -> str:
+    """A figure: its title, the PNG inline, its caption (and the file the same PNG was written to)."""
+    return (f'<h2 id="{escape(plot.name)}">{escape(plot.title)}</h2>\n<figure>'
+            f'<img src="{data_uri(plot.png)}" alt="{escape(plot.title)}" data-figure="{escape(plot.name)}">'
+            f"<figcaption>{escape(plot.caption)} <span class=\"muted\">({escape(plot.name)}.png)</span>"
+            "</figcaption></figure>\n")
+
+
+def page(data: ReportData, plots: Sequence[Plot]) -> str:
+    """The whole report page."""
+    s = data.summary
+    status = escape(s.status) + (f" <span class=\"muted\">({escape(data.reason)})</span>" if data.reason else "")
+    meta = [("benchmarks", escape(", ".join(data.benches)) or "–"), ("model", escape(data.model) or "–"),
+            ("strategy", escape(data.strategy)), ("rounds", str(len(data.rounds))), ("status", status),
+            ("live variants", escape(", ".join(f"{v} ({d[:19]})" for v, d in s.variants.items())) or "–"),
+            ("ledger events", str(data.ledger_events))]
+    if data.coevolution:
+        meta.append(("learner passes", f"{len(data.learner)}; final policy {escape(s.policy[:12]) or '(unchanged)'}"))
+    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
+    contents = " · ".join(f'<a href="#{escape(p.name)}">{escape(p.title)}</a>' for p in plots)
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>hx report: {escape(data.run_id)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"<h1>Evolution run <code>{escape(data.run_id)}</code></h1>\n<dl class=\"meta\">{dl}</dl>\n"
+            f"<p>{contents}</p>\n"
+            f"<h2>Held-out (frozen test split)</h2>\n{heldout_table(data)}\n"
+            f"<h2>Rounds</h2>\n{rounds_table(data)}\n"
+            + "".join(figure(p) for p in plots)
+            + "</body>\n</html>\n")
+
+
+def report_files(data: ReportData, plots: Sequence[Plot]) -> dict[str, bytes]:
+    """The report's files by name: ``report.html`` and one ``<figure>.png`` per figure."""
+    return {"report.html": page(data, plots).encode(), **{f"{p.name}.png": p.png for p in plots}}
