@@ -14,6 +14,7 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -21,7 +22,7 @@ import msgspec
 from hx.aegis.code import CodeStore
 from hx.aegis.evolvers.base import Evolver
 from hx.aegis.gate import Forbidden
-from hx.aegis.ledger import Ledger, LedgerError
+from hx.aegis.ledger import Ledger, LedgerError, read_records
 from hx.aegis.loop import Evolution
 from hx.aegis.settings import EvolveSettings, Progress, RoundRow
 from hx.aegis.state import RunState
@@ -36,6 +37,7 @@ from schemas.ledger import (
     GameScore,
     GateJudged,
     HeldoutScored,
+    LedgerEvent,
     LedgerOpened,
     RoundDecided,
 )
@@ -222,12 +224,25 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
 
 async def restore_plugins(store: CodeStore, records: Sequence[Any]) -> None:
     """Write back the code of every candidate that passed the gate, so its harnesses build in this process."""
+    if not any(isinstance(r, CandidateProposed) and r.code for r in records):
+        return  # no new processor code on this ledger: nothing to put on the path
     store.activate()
     passed = {r.candidate for r in records if isinstance(r, GateJudged) and r.passed}
     for r in records:
         if isinstance(r, CandidateProposed) and r.candidate in passed:
             for asset in r.code:
                 await store.materialize(asset)
+
+
+async def read_run(conn: Connection, run_id: str, plugin_dir: Path) -> list[LedgerEvent] | None:
+    """A run's ledger records (None: no ledger), the new processor code its harnesses name restored to ``plugin_dir``.
+
+    Harnesses that name new processor code build only with its (gate-proven) modules on the path.
+    """
+    records = await read_records(conn, run_id)
+    if records is not None:
+        await restore_plugins(CodeStore(conn.log, plugin_dir), records)
+    return records
 
 
 async def _claim_trace(conn: Connection, job: EvolveJob) -> None:

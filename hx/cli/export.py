@@ -16,17 +16,15 @@ from typing import BinaryIO
 
 import click
 
-from hx.aegis.code import CodeStore
 from hx.aegis.export import render
 from hx.aegis.export_fold import ExportError
 from hx.aegis.export_rounds import trajectory_name
-from hx.aegis.ledger import read_records
-from hx.aegis.session import restore_plugins
+from hx.aegis.session import read_run
 from hx.bench.rollout import round_roles
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.cli.log import json_line
 from schemas.history import resolve_async
-from schemas.ledger import CandidateProposed, LedgerEvent, RoundDigested
+from schemas.ledger import LedgerEvent, RoundDigested
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 from streams.topology import TRACE, TraceAddress, trace_filter
@@ -123,12 +121,9 @@ class Staging:
 
 async def _export(app: App, run_id: str, target: Path, *, with_trajectories: bool, force: bool) -> int:
     async with app.connect() as conn:
-        records = await read_records(conn, run_id)
+        records = await read_run(conn, run_id, app.settings.data_dir.resolve() / "plugins")
         if records is None:
             raise ExportError(f"run {run_id!r} has no ledger")
-        if any(isinstance(r, CandidateProposed) and r.code for r in records):
-            # Harnesses that name new processor code build only with its (gate-proven) modules on the path.
-            await restore_plugins(CodeStore(conn.log, app.settings.data_dir.resolve() / "plugins"), records)
         try:
             with Staging(target) as staging:
                 trajectories = await write_trajectories(conn.log, run_id, records, staging.path) if (

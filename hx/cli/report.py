@@ -13,14 +13,11 @@ from pathlib import Path
 
 import click
 
-from hx.aegis.code import CodeStore
-from hx.aegis.ledger import read_records
-from hx.aegis.session import restore_plugins
+from hx.aegis.session import read_run
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.report.data import ReportData, ReportError, learner_records
 from hx.report.figures import figures
 from hx.report.html import report_files
-from schemas.ledger import CandidateProposed
 
 REPORTS = Path("reports")
 """Where reports go by default, relative to the working directory: ``reports/RUN/``."""
@@ -49,12 +46,9 @@ def report_command(app: App, run_id: str, out: Path | None) -> None:
 
 async def _gather(app: App, run_id: str) -> ReportData:
     async with app.connect() as conn:
-        records = await read_records(conn, run_id)
+        records = await read_run(conn, run_id, app.settings.data_dir.resolve() / "plugins")
         if records is None:
             raise ReportError(f"run {run_id!r} has no ledger (not an evolution run on this log)")
-        if any(isinstance(r, CandidateProposed) and r.code for r in records):
-            # Harnesses that name new processor code build only with its (gate-proven) modules on the path.
-            await restore_plugins(CodeStore(conn.log, app.settings.data_dir.resolve() / "plugins"), records)
         learner = await learner_records(conn.log, run_id)
         quarantine_note(conn.log)
     return ReportData.of(records, learner)

@@ -110,7 +110,7 @@ async def round_harness(conn: Connection, logged: LoggedRound, ledger: Sequence[
     digest = logged.harness_digest
     where = f"round {logged.round} of run {logged.run_id!r} ran harness {digest[:19]}"
     if ledger is not None:
-        if plugin_dir is not None and any(isinstance(r, CandidateProposed) and r.code for r in ledger):
+        if plugin_dir is not None:
             await restore_plugins(CodeStore(conn.log, plugin_dir), ledger)
         found = harness_on_ledger(ledger, digest)
         if found is None:
