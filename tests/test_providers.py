@@ -603,5 +603,5 @@ async def test_random_caches_by_schema_content_not_identity() -> None:
 
 
 def test_unknown_scheme_lists_the_registered_ones() -> None:
-    with pytest.raises(ProviderError, match="anthropic, openai, policy, random, replay"):
+    with pytest.raises(ProviderError, match="anthropic, fork, openai, policy, random, replay"):
         make_provider("nope:model")

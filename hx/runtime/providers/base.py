@@ -119,6 +119,7 @@ BUILTIN_PROVIDERS: dict[str, str] = {
     "random": "hx.runtime.providers.random",
     "script": "hx.runtime.providers.script",
     "policy": "hx.learner.provider",
+    "fork": "hx.replay.fork",
 }
 """Scheme to module for the providers hx ships; a module registers its class when imported."""
 
