@@ -27,6 +27,9 @@ exported (delivery is at least once).
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -71,6 +74,8 @@ AGENT = "hx"
 """``gen_ai.agent.name`` of every attempt's root span."""
 SCOPE = "hx.projections.otel"
 TRACES_PATH = "/v1/traces"
+EXPORTER_LOGGER = "opentelemetry.exporter.otlp"
+"""The parent of the OTLP exporters' loggers (``...proto.http.trace_exporter``, ``...common``)."""
 
 
 class ExportFailed(HxError):
@@ -255,6 +260,46 @@ def otlp_exporter(url: str, timeout_s: float = 10.0) -> OTLPSpanExporter:
     return OTLPSpanExporter(endpoint=traces_endpoint(url), timeout=timeout_s)
 
 
+class _Captured(logging.Handler):
+    """Keeps the exporter's log records instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record."""
+        self.records.append(record)
+
+
+@contextmanager
+def quiet_exporter() -> Iterator[_Captured]:
+    """Route the OTLP exporter's log lines (retries, failures) to a capture: hx reports a failure itself, once."""
+    logger = logging.getLogger(EXPORTER_LOGGER)
+    captured, propagate = _Captured(), logger.propagate
+    logger.addHandler(captured)
+    logger.propagate = False
+    try:
+        yield captured
+    finally:
+        logger.removeHandler(captured)
+        logger.propagate = propagate
+
+
+def failure_cause(records: list[logging.LogRecord]) -> str:
+    """Why an export failed, from the exporter's captured log lines (the first reason given)."""
+    for record in records:
+        message = record.getMessage()
+        for marker, end in (("reason: ", None), ("Transient error ", " encountered")):
+            if marker in message:
+                cause = message.split(marker, 1)[1]
+                cause = cause.split(end, 1)[0] if end else cause
+                if "NewConnectionError" in cause or "Connection refused" in cause:
+                    return "could not connect"  # urllib3's whole retry chain says no more than this
+                return scrub(" ".join(cause.split()))[:160]
+    return "not taken before --otlp-timeout ran out" if records else "refused"
+
+
 class SpanExportRunner(ProjectionRunner[OtelState]):
     """A runner of the ``otel`` projection that exports each completed trace, before any checkpoint covers it.
 
@@ -292,9 +337,12 @@ class SpanExportRunner(ProjectionRunner[OtelState]):
         if not self._pending:
             return
         spans = [readable(s, self._resource, self._scope) for s in self._pending]
-        if self.exporter.export(spans) != SpanExportResult.SUCCESS:
-            raise ExportFailed(f"exporting {len(spans)} span(s) to {scrub(self.target)} failed; the position was "
-                               f"not checkpointed past them, so running again resends them")
+        with quiet_exporter() as captured:
+            result = self.exporter.export(spans)
+        if result != SpanExportResult.SUCCESS:
+            raise ExportFailed(f"exporting {len(spans)} span(s) to {scrub(self.target)} failed "
+                               f"({failure_cause(captured.records)}); the position was not checkpointed past them, "
+                               f"so running again resends them")
         self.exported_spans += len(spans)
         self.exported_traces += self._pending_traces
         self._pending, self._pending_traces = [], 0

@@ -112,7 +112,10 @@ def test_ledger_names_anchors_that_point_to_nothing(evolved: EvolvedRun) -> None
     nowhere, elsewhere = Anchor(seq=10**9, index=0, note="past the end"), Anchor(seq=1, index=0, note="not ours")
     ghost.records[-1] = msgspec.structs.replace(cand, manifest=Manifest(evidence=(nowhere, elsewhere)))
     ghost.records.append(GateJudged(run_id="ghost", round=0, candidate="C-G-01", variant="v0", passed=False,
-                                    checks=(GateCheck(name="manifest", passed=False),), trace_rounds=(7,)))
+                                    checks=(GateCheck(name="builds", passed=True),
+                                            GateCheck(name="manifest", passed=False, detail="2 anchor(s) unresolved"),
+                                            GateCheck(name="seesaw", passed=False, detail="not reached")),
+                                    trace_rounds=(7,)))
     ghost.records.insert(1, RoundDigested(run_id="ghost", round=0, actionability=1.0, trace_rounds=(3,)))
 
     write_ledger(evolved.url, ghost)
@@ -121,6 +124,8 @@ def test_ledger_names_anchors_that_point_to_nothing(evolved: EvolvedRun) -> None
     assert "unresolved: no message at sequence 1000000000 on HX_TRACE" in human
     assert f"unresolved: message 1 (hx.trace.{evolved.run_id}." in human
     assert f"belongs to run '{evolved.run_id}', not 'ghost'" in human
+    # A rejected gate names its first failing check and what that check found.
+    assert "gate on C-G-01 (v0): rejected at manifest (2 anchor(s) unresolved); 0 fixed, 0 broken" in human
     report = " ".join(not_verified(evolved.hx("audit", "verify", "ghost")).split())
     assert "event 2 (ledger.round_digested): cites trace round 3, which is not on HX_TRACE" in report
     assert "event 3 (ledger.candidate_proposed): evidence anchor 1000000000:0 (past the end) is unresolved" in report
@@ -272,3 +277,36 @@ def test_a_ledger_event_this_hx_cannot_read_is_an_error_not_a_dropped_event(evol
     for command in (("ledger", "newer"), ("audit", "verify", "newer")):
         line = error_line(evolved.hx(*command))
         assert line.startswith("error: the ledger of run 'newer' holds an event this hx cannot read") and "99" in line
+
+
+def test_a_copy_cut_short_is_noted_and_compared_with_the_log(evolved: EvolvedRun, tmp_path: Path) -> None:
+    lines = audit_lines(evolved)
+    whole = evolved.export / "audit.jsonl"
+    assert "note:" not in ok(evolved.hx("audit", "verify", "--file", str(whole))).stdout  # ends with the run's end
+    cut = write(tmp_path / "cut.jsonl", lines[:-2])
+    last, end = lines[-3], lines[-1]
+    out = ok(evolved.hx("audit", "verify", "--file", str(cut))).stdout  # the chain of what is left holds
+    assert (f"  note: the ledger ends at event {last['position']} ({last['type']}): the run is unfinished, or "
+            "events were cut from its end: compare the head with the run's") in out
+
+    report = " ".join(not_verified(evolved.hx("audit", "verify", evolved.run_id, "--file", str(cut),
+                                              "--against-log")).split())
+    assert (f"the copy is shorter, it ends at event {last['position']} of the run's {end['position']}; missing "
+            f"from its end: event {lines[-2]['position']} ({lines[-2]['type']}) .. event {end['position']} "
+            "(ledger.evolution_finished)") in report
+    same = ok(evolved.hx("audit", "verify", evolved.run_id, "--file", str(whole), "--against-log")).stdout
+    assert f"note: the copy's head is the head of the run on the log ({len(lines)} events)" in same
+
+    extra = dict(end, position=end["position"] + 1, event=dict(end["event"], reason="one more"))
+    longer = write(tmp_path / "longer.jsonl", rechained([*lines, extra], len(lines)))
+    report = " ".join(not_verified(evolved.hx("audit", "verify", evolved.run_id, "--file", str(longer),
+                                              "--against-log")).split())
+    assert f"the copy is longer, with 1 event(s) past the run's last (event {end['position']})" in report
+    k = next(i for i, line in enumerate(lines) if line["type"] == "ledger.gate_judged")
+    lines[k]["event"]["passed"] = not lines[k]["event"]["passed"]
+    forged = write(tmp_path / "forged.jsonl", rechained(lines, k))
+    report = " ".join(not_verified(evolved.hx("audit", "verify", evolved.run_id, "--file", str(forged),
+                                              "--against-log")).split())
+    assert (f"the copy differs from the log from event {lines[k]['position']} (copy: ledger.gate_judged, "
+            "log: ledger.gate_judged)") in report
+    assert evolved.hx("audit", "verify", "--file", str(cut), "--against-log").exit_code == 2  # no RUN: usage error

@@ -165,7 +165,7 @@ def test_log_tail_follow_prints_new_events_until_interrupted(demo_url: str) -> N
 
 def test_projections_run_follow_checkpoints_on_sigterm(demo_url: str) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hx", "--nats-url", demo_url, "projections", "run", "task_history", "--follow"],
+        [sys.executable, "-m", "hx", "--nats-url", demo_url, "projections", "run", "task_history"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -194,7 +194,7 @@ def test_projections_rebuild_then_status_agree(demo_url: str) -> None:
     status = ok(hx("--nats-url", demo_url, "projections", "status", "trace_store")).stdout
     assert DIGEST.findall(status) == digests
     assert "up to date" in status
-    resumed = ok(hx("--nats-url", demo_url, "projections", "run", "trace_store")).stdout
+    resumed = ok(hx("--nats-url", demo_url, "projections", "run", "trace_store", "--once")).stdout
     assert "resumed from" in resumed and DIGEST.findall(resumed) == digests
 
     never = ok(hx("--nats-url", demo_url, "projections", "status")).stdout

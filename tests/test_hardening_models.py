@@ -37,7 +37,8 @@ def refused_before_anything(result: Result, data_dir: Path, message: str) -> Non
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ("foo:bar", "unknown model provider 'foo' in 'foo:bar'; known: anthropic, fork, openai, policy, random, replay, script"),
+    ("foo:bar",
+     "unknown model provider 'foo' in 'foo:bar'; known: anthropic, fork, openai, policy, random, replay, script"),
     ("nocolon", "model spec 'nocolon' needs a scheme"),
     ("anthropic:claude-sonnet-4-6", "no API key: set ANTHROPIC_API_KEY"),
     ("anthropic:", "no model name"),

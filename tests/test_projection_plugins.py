@@ -60,7 +60,7 @@ def test_a_follower_alongside_the_writes_a_late_subscriber_and_a_restart_agree(
     """Live alongside a real run, stopped, restarted after another run, and subscribed late: one state."""
     proj = tool_usage()
     follower = subprocess.Popen(
-        [sys.executable, "-m", "hx", "--nats-url", nats_url, "projections", "run", SPEC, "--follow",
+        [sys.executable, "-m", "hx", "--nats-url", nats_url, "projections", "run", SPEC,
          "--checkpoint-every", "10"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert follower.stderr is not None and follower.stdout is not None
@@ -82,15 +82,16 @@ def test_a_follower_alongside_the_writes_a_late_subscriber_and_a_restart_agree(
     assert (live.digest, live.applied) == (digest, applied)
 
     toy_run(nats_url, tmp_path, "while-down")  # written while no follower runs
-    resumed = ok(hx("--nats-url", nats_url, "projections", "run", SPEC)).stdout
+    resumed = ok(hx("--nats-url", nats_url, "projections", "run", SPEC, "--once")).stdout
     assert f"tool_usage: resumed from {live.seq}.{live.index}" in resumed
     digest, applied, state = fresh_fold(nats_url, tool_usage())
     assert DIGEST.findall(resumed) == [digest]
     assert f"{applied} events applied" in resumed  # no event applied twice, none missed
     assert state["alongside"]["act"].calls == calls(nats_url, "alongside") > 0
     assert state["while-down"]["act"].calls == calls(nats_url, "while-down") > 0
+    assert f"  while-down  act: {state['while-down']['act'].calls} call(s)" in resumed  # the plugin's summary
 
-    late = ok(hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--from-start")).stdout
+    late = ok(hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--once", "--from-start")).stdout
     assert "folding from the start" in late and DIGEST.findall(late) == [digest]
     assert f"{applied} events applied" in late
     status = ok(hx("--nats-url", nats_url, "projections", "status", "tool_usage:ToolUsage")).stdout
@@ -101,7 +102,8 @@ def test_from_a_sequence_folds_only_what_follows(nats_url: str, tmp_path: Path, 
     toy_run(nats_url, tmp_path, "first", tasks=1, attempts=1)
     middle = max(r.seq for r in records(nats_url)) + 1
     toy_run(nats_url, tmp_path, "second", tasks=1, attempts=1)
-    out = ok(hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--from", str(middle))).stdout
+    out = ok(hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--once",
+                "--from", str(middle))).stdout
     assert f"folding from sequence {middle}" in out
     digest, applied, state = fresh_fold(nats_url, tool_usage(), since=middle)
     cp = checkpoint(nats_url, tool_usage())
@@ -109,8 +111,8 @@ def test_from_a_sequence_folds_only_what_follows(nats_url: str, tmp_path: Path, 
     assert applied == len(records(nats_url, [trace_filter("second")], [ToolInvoked.TYPE, ToolReturned.TYPE]))
     end = max(r.seq for r in records(nats_url))
     assert f"past the end of HX_TRACE (last sequence {end}" in error_line(
-        hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--from", str(end + 2)))
-    assert hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--from", "3",
+        hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--once", "--from", str(end + 2)))
+    assert hx("--nats-url", nats_url, "projections", "run", "tool_usage:ToolUsage", "--once", "--from", "3",
               "--from-start").exit_code == 2  # exclusive options: a usage error
 
 
@@ -167,12 +169,12 @@ def test_a_bad_spec_is_a_one_line_error_naming_it(nats_url: str, tmp_path: Path,
         "justaname": "unknown projection 'justaname'",
     }
     for spec, message in expected.items():
-        line = error_line(hx("--nats-url", nats_url, "projections", "run", spec))
+        line = error_line(hx("--nats-url", nats_url, "projections", "run", spec, "--once"))
         assert message in line, (spec, line)
         if ":" in spec:
             assert f"projection {spec!r}" in line
     assert "--otlp-endpoint is for the otel projection" in error_line(
-        hx("--nats-url", nats_url, "projections", "run", "task_history", "--otlp-endpoint", "http://127.0.0.1:9"))
+        hx("--nats-url", nats_url, "projections", "run", "task_history", "--once", "--otlp-endpoint", "http://127.0.0.1:9"))
 
 
 ENTRY_POINTS = """[hx.projections]
@@ -197,8 +199,8 @@ def test_an_installed_entry_point_is_listed_and_runs_by_name(nats_url: str, tmp_
     assert "built-in" in next(line for line in listed.stdout.splitlines() if line.strip().startswith("otel"))
     assert "entry point 'half_built' skipped" in listed.stderr and "has no 'Missing'" in listed.stderr
     toy_run(nats_url, tmp_path, "installed", tasks=1, attempts=1)
-    out = ok(hx("--nats-url", nats_url, "projections", "run", "tool_usage")).stdout
+    out = ok(hx("--nats-url", nats_url, "projections", "run", "tool_usage", "--once")).stdout
     digest, applied, _ = fresh_fold(nats_url, tool_usage())
     assert DIGEST.findall(out) == [digest] and f"{applied} events applied" in out
-    assert "has no 'Missing'" in error_line(hx("--nats-url", nats_url, "projections", "run", "half_built"))
-    assert "tool_usage" in error_line(hx("--nats-url", nats_url, "projections", "run", "nope"))  # known names
+    assert "has no 'Missing'" in error_line(hx("--nats-url", nats_url, "projections", "run", "half_built", "--once"))
+    assert "tool_usage" in error_line(hx("--nats-url", nats_url, "projections", "run", "nope", "--once"))  # known names

@@ -163,7 +163,15 @@ def test_bad_input_is_one_line(nats_url: str, tmp_path: Path, monkeypatch: pytes
     assert "has no round 7; its rounds: 0" in error_line(replay(nats_url, RUN, "--round", "7"))
     assert "has no attempt of task 'toy:walk:dev:999'" in error_line(
         replay(nats_url, RUN, "--round", "0", "--task", "toy:walk:dev:999"))
-    assert "numbered 5" in error_line(replay(nats_url, RUN, "--round", "0", "--task", TASKS[0], "--attempt", "5"))
+    assert error_line(replay(nats_url, RUN, "--round", "0", "--task", TASKS[0], "--attempt", "5")) == \
+        f"error: round 0 of run '{RUN}' has no attempt of task '{TASKS[0]}' numbered 5; its attempts of task " \
+        f"'{TASKS[0]}': 0, 1"
+    assert error_line(replay(nats_url, RUN, "--round", "0", "--attempt", "7")) == \
+        f"error: round 0 of run '{RUN}' has no attempt numbered 7; its attempts: 0, 1"  # the numbers, not the tasks
+    # --stage takes evolution rounds: a plain run has none, and says which trace rounds it has
+    assert error_line(replay(nats_url, RUN, "--stage", "0")) == \
+        f"error: run '{RUN}' has no main rollouts of evolution round 0; it has no evolution rounds (use --round " \
+        "for its trace rounds: 0)"
     # a plain run whose harness file is gone still replays: its run.started holds the whole harness
     gone = tmp_path / "gone.yaml"
     gone.write_text(STARTER.dumps("yaml"))
@@ -233,6 +241,79 @@ def test_a_candidate_round_replays_under_the_harness_its_ledger_builds(nats_url:
     asyncio.run(write())
     result = ok(replay(nats_url, "toy-evo", "--round", "0"))
     assert "identical: 3 attempts" in result.stdout and "candidate C-R0-01" in result.stderr
+
+
+STAGED = "toy-stages"
+SAME_EDIT = (Reparam(group="history_window", params={"keep_last": 4}),)
+
+
+def staged_run(nats_url: str) -> None:
+    """An evolution run's trace rounds, labelled as the loop labels them, whose numbers are not its evolution rounds.
+
+    Trace rounds: 0 main v0 (evolution round 0), 1 gate of C-R0-02, 2 held-out, 3 main v0 and 4 main v1
+    (evolution round 1), 5 gate of C-R1-03. C-R0-02, C-R1-03 and variant v1 all build the same harness.
+    """
+    evo = LedgerRun(run_id=STAGED)
+    first = evo.proposed(0, "C-R0-02", SAME_EDIT)
+    evo.forked(0, "C-R0-02", "v1", ("c",))
+    second = evo.proposed(1, "C-R1-03", SAME_EDIT)
+    assert first.digest == second.digest
+    edited = harness_on_ledger(evo.records, first.digest)
+    assert edited is not None
+    rounds = [(STARTER, RoundLabel(purpose="main", variant="v0", stage_round=0)),
+              (edited[0], RoundLabel(purpose="gate", variant="v0", candidate="C-R0-02", stage_round=0)),
+              (STARTER, RoundLabel(purpose="heldout", variant="v0", stage_round=0)),
+              (STARTER, RoundLabel(purpose="main", variant="v0", stage_round=1)),
+              (edited[0], RoundLabel(purpose="main", variant="v1", stage_round=1)),
+              (edited[0], RoundLabel(purpose="gate", variant="v0", candidate="C-R1-03", stage_round=1))]
+
+    async def write() -> None:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            ledger = Ledger(conn, STAGED)
+            try:
+                await ledger.start(evo.records[0])  # type: ignore[arg-type]
+                await ledger.append(*evo.records[1:])
+            finally:
+                await ledger.close()
+            for number, (harness, label) in enumerate(rounds):
+                rollout = Rollout([ToyBench()], RANDOM, harness, log=conn.log, harness_source="v0",
+                                  settings=RolloutSettings(attempts=1, max_steps=6))
+                if number == 0:
+                    await rollout.start(STAGED, kind="evolve")
+                await rollout.run_round(STAGED, number, TASKS[:2], label=label)
+    asyncio.run(write())
+
+
+def test_trace_rounds_are_named_and_evolution_rounds_are_reached_with_stage(nats_url: str) -> None:
+    staged_run(nats_url)
+    before = trace(nats_url, trace_filter(STAGED))[0]
+    # a gate round says what it was, and its harness is its own candidate's (not the first ledger entry building it)
+    gate = ok(replay(nats_url, STAGED, "--round", "5"))
+    assert "identical: 2 attempts" in gate.stdout
+    assert f"replayed run {STAGED}, trace round 5: gate rollouts of candidate C-R1-03 on v0, evolution round 1; " \
+           "harness from the ledger (candidate C-R1-03 of round 1 on variant v0, initial)" in gate.stderr
+    v1 = ok(replay(nats_url, STAGED, "--round", "4")).stderr
+    assert "trace round 4: main rollouts on v1, evolution round 1; harness from the ledger (variant v1, forked" in v1
+    assert "trace round 2: held-out evaluation on v0, evolution round 0;" in ok(
+        replay(nats_url, STAGED, "--round", "2")).stderr
+    # --stage N: the main rollouts of evolution round N, every variant's
+    stage1 = ok(replay(nats_url, STAGED, "--stage", "1"))
+    assert len(IDENTICAL.findall(stage1.stdout)) == 2
+    headers = [line for line in stage1.stderr.splitlines() if line.startswith("replayed ")]
+    assert [h.split(";")[0] for h in headers] == [
+        f"replayed run {STAGED}, trace round 3: main rollouts on v0, evolution round 1",
+        f"replayed run {STAGED}, trace round 4: main rollouts on v1, evolution round 1"]
+    stage0 = ok(replay(nats_url, STAGED, "--stage", "0", "--attempt", "0"))
+    assert [attempts for attempts, _ in IDENTICAL.findall(stage0.stdout)] == ["2"]  # one variant in round 0
+    assert "trace round 0: main rollouts on v0, evolution round 0;" in stage0.stderr
+    assert error_line(replay(nats_url, STAGED, "--stage", "7")) == \
+        f"error: run '{STAGED}' has no main rollouts of evolution round 7; its evolution rounds: 0, 1"
+    assert error_line(replay(nats_url, "nope", "--stage", "0")) == "error: run 'nope' is not on the log"
+    both = replay(nats_url, STAGED, "--round", "0", "--stage", "0")
+    assert both.exit_code == 2 and "--round (a trace round) and --stage (an evolution round) exclude" in both.output
+    neither = replay(nats_url, STAGED)
+    assert neither.exit_code == 2 and "pass --round N (a trace round) or --stage N" in neither.output
+    assert trace(nats_url, trace_filter(STAGED))[0] == before
 
 
 def test_a_fork_shares_the_steps_before_it_and_records_its_provenance(nats_url: str) -> None:
@@ -392,5 +473,12 @@ def test_every_round_of_an_evolution_run_replays_identically(tmp_path: Path) -> 
             result = run.hx("replay", run.run_id, "--round", str(number))
             assert IDENTICAL.search(ok(result).stdout), (number, started.purpose, result.output)
             assert "from the ledger" in result.stderr
+            assert f"trace round {number}: " in result.stderr  # what the round was, from its round.started
+            if started.candidate:  # a gate round's harness is labelled with its own candidate
+                assert f"from the ledger (candidate {started.candidate} of" in result.stderr, result.stderr
+        mains = sorted(n for n, ev in found.items() if ev.purpose == "main" and ev.stage_round == 0)
+        stage = ok(run.hx("replay", run.run_id, "--stage", "0"))
+        assert len(IDENTICAL.findall(stage.stdout)) == len(mains) >= 1
+        assert [f"trace round {n}: main rollouts" in stage.stderr for n in mains] == [True] * len(mains)
         assert trace(run.url, trace_filter(run.run_id))[0] == before
         assert ok(run.hx("audit", "verify", run.run_id)).stdout == audited  # the audit of the original: unchanged

@@ -12,6 +12,8 @@ import timetravel_kit as kit
 from hx_cli import error_line, hx, ok
 
 from hx.aegis.operations import describe
+from hx.replay.bisect import Bisection, Edit, Trial, rerun_model
+from hx.replay.regressions import AttemptEvidence
 from hx.replay.timetravel import AsOf, TimeTravelError, parse_as_of, run_marks
 from projections.base import Projection
 from projections.harness_state import HarnessState
@@ -23,7 +25,7 @@ from schemas.ledger import HarnessShipped
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.server import NatsProcess
-from streams.topology import LEDGER, TRACE, trace_filter
+from streams.topology import LEDGER, TRACE, trace_filter, trace_subject
 
 
 @pytest.fixture(scope="module")
@@ -275,3 +277,90 @@ def test_bad_input_is_one_line_and_writes_nothing(world: tuple[str, kit.BuiltRun
     for args, expected in cases:
         assert expected in error_line(hx("--nats-url", url, *args)), args
     assert asyncio.run(run_messages(url)) == before
+
+
+def test_state_calls_the_starting_harness_initial(world: tuple[str, kit.BuiltRun]) -> None:
+    url, _ = world
+    text = ok(hx("--nats-url", url, "state", kit.RUN, "--as-of", "1")).stdout
+    assert "  initial" in text and "since round -1" not in text
+    assert "since round 0" in ok(hx("--nats-url", url, "state", kit.RUN, "--as-of", "r1")).stdout
+
+
+def test_diff_counts_steps_as_the_attempt_reports_them(world: tuple[str, kit.BuiltRun]) -> None:
+    url, _ = world
+    found = cli_json(url, "regressions", kit.RUN, "--round", "1")
+    [reg] = found["regressions"]
+    reported = [next(a["steps"] for a in reg[f"attempts_{w}"] if a["attempt"] == 0) for w in ("before", "after")]
+    d = cli_json(url, "diff", kit.RUN, kit.REGRESSED, "--rounds", "0", "1")
+    assert d["steps"] == reported
+    text = ok(hx("--nats-url", url, "diff", kit.RUN, kit.REGRESSED, "--rounds", "0", "1")).stdout
+    assert f"trajectories: {reported[0]} step(s), passed -> {reported[1]} step(s), failed" in text
+
+
+def test_a_partial_loss_is_listed_as_worsened_and_bisect_without_edits_runs_nothing(
+        world: tuple[str, kit.BuiltRun]) -> None:
+    url, _ = world
+    run, lost, worse, same = "tt-worse", "toyworld:bell:dev:0", "toyworld:bell:dev:1", "toyworld:rooms:dev:0"
+    asyncio.run(kit.build_ledger_run(url, run, {lost: (1, 2), worse: (2, 2), same: (1, 2)},
+                                     {lost: (0, 2), worse: (1, 2), same: (1, 2)}))
+    found = cli_json(url, "regressions", run, "--round", "1")
+    assert [(r["task"], r["before"], r["after"]) for r in found["regressions"]] == [(lost, "1/2", "0/2")]
+    assert [(r["task"], r["before"], r["after"]) for r in found["worsened"]] == [(worse, "2/2", "1/2")]
+    text = ok(hx("--nats-url", url, "regressions", run, "--round", "1")).stdout
+    assert "1 of 3 task(s) regressed, 1 worsened" in text
+    assert text.index(f"{lost} (v0): lost: 1/2 -> 0/2") < text.index(f"{worse} (v0): worsened: 2/2 -> 1/2")
+    assert same not in text
+    line = error_line(hx("--nats-url", url, "bisect", run, worse, "--from", "0", "--to", "1"))
+    assert "no edit was shipped" in line and "nothing to bisect" in line
+
+    async def runs() -> list[str]:
+        async with connect(NatsSettings(url=url)) as conn:
+            return [r.subject async for r in conn.log.read(TRACE.name, subjects=[f"hx.trace.{run}*.>"])]
+
+    assert asyncio.run(runs()) == []  # no scratch run was started
+
+
+def test_bisect_names_the_first_pass_count_change_when_nothing_flips() -> None:
+    edits = [Edit(0, "ship", "v0", (f"C-{i}",), ()) for i in range(3)]
+    b = Bisection("r", "t", (0, 1), "s", edits, [Trial(0, "d0", 0, 2, 2), Trial(1, "d1", 1, 2, 2),
+                                                 Trial(2, "d2", 2, 2, 1), Trial(3, "d3", 3, 2, 1)])
+    assert b.flip is None and b.shift is edits[1]
+    flipped = Bisection("r", "t", (0, 1), "s", edits, [Trial(0, "d0", 0, 2, 2), Trial(1, "d1", 1, 2, 0)])
+    assert flipped.flip is edits[0] and flipped.shift is None
+
+
+def test_bisect_reruns_a_coevolution_run_with_round_a_s_policy() -> None:
+    def attempts(model: str, *versions: str) -> list[AttemptEvidence]:
+        return [AttemptEvidence(0, i, model=model, versions={v}) for i, v in enumerate(versions)]
+
+    spec, note = rerun_model("policy:scorer", attempts("policy:abc", "abc", "abc"), attempts("policy:def", "def"))
+    assert spec == "policy:abc" and "co-evolution" in note and "abc" in note and "def" in note
+    assert rerun_model("policy:scorer", attempts("policy:abc", "abc"), attempts("policy:abc", "abc"))[0] == (
+        "policy:scorer")
+    # another provider's version moving is not a checkpoint to load
+    assert rerun_model("openai:gpt", attempts("openai:gpt", "v1"), attempts("openai:gpt", "v2"))[0] == "openai:gpt"
+
+
+def test_bisect_prints_the_model_it_reran_with(world: tuple[str, kit.BuiltRun]) -> None:
+    url, _ = world
+    text = ok(hx("--nats-url", url, "bisect", kit.RUN, kit.REGRESSED, "--from", "0", "--to", "1",
+                 "--scratch-run", "tt-bisect-model")).stdout
+    assert "model random: (the run's model spec)" in text and "first edit that flips it: C-R0-02" in text
+
+
+def test_an_undecodable_message_is_an_error_not_a_skip(world: tuple[str, kit.BuiltRun]) -> None:
+    url, _ = world
+    run = "tt-newer"
+    asyncio.run(kit.build_run(url, run))
+    subject = trace_subject(run, 1, kit.REGRESSED, 0)
+
+    async def publish() -> None:
+        async with connect(NatsSettings(url=url)) as conn:  # as a writer of a newer hx would
+            await conn.js.publish(subject, b"\x80", headers={"Hx-Type": "tool.returned", "Hx-Schema-Version": "9"})
+
+    asyncio.run(publish())
+    for args in (("diff", run, kit.REGRESSED, "--rounds", "0", "1"), ("regressions", run, "--round", "1"),
+                 ("state", run, "--as-of", "r1"), ("bisect", run, kit.REGRESSED, "--from", "0", "--to", "1")):
+        line = error_line(hx("--nats-url", url, *args))
+        assert "this hx cannot decode HX_TRACE message " in line and f" on {subject} (" in line, args
+        assert "schema version '9'" in line, args

@@ -83,9 +83,10 @@ def metrics(digests: Sequence[TaskDigest]) -> RoundMetrics:
                         rollouts=sum(d.attempts for d in digests))
 
 
-def proposal(cid: str, base: HarnessConfig, ops: tuple[Attach, ...], flips: Sequence[str]) -> CandidateProposed:
+def proposal(cid: str, base: HarnessConfig, ops: tuple[Attach, ...], flips: Sequence[str],
+             run: str = RUN) -> CandidateProposed:
     """A candidate on ``base`` with a complete manifest."""
-    return CandidateProposed(run_id=RUN, round=0, candidate=cid, variant="v0", evolver="offline", operations=ops,
+    return CandidateProposed(run_id=run, round=0, candidate=cid, variant="v0", evolver="offline", operations=ops,
                              buckets=buckets_of(ops), dimensions=dimensions_of(ops, base),
                              manifest=Manifest(intended_effect=f"attach {ops[0].processor}",
                                                categories=("no_progress",), predicted_flips=tuple(flips),
@@ -93,48 +94,72 @@ def proposal(cid: str, base: HarnessConfig, ops: tuple[Attach, ...], flips: Sequ
                              base_digest=base.digest, digest=apply(base, ops).digest, risk=0.1)
 
 
-async def build_run(url: str) -> BuiltRun:
+async def build_run(url: str, run: str = RUN) -> BuiltRun:
     """Write the run: ledger opened, round 0 rolled out, digested, two ships, round 1 rolled out, digested."""
     h0 = starter_harness("textworld")
     h1 = apply(h0, EDIT_1)
     h2 = apply(h1, EDIT_2)
-    job = {"run_id": RUN, "benches": ["toyworld:bell", "toyworld:rooms"], "adaptation": list(TASKS), "heldout": [],
+    job = {"run_id": run, "benches": ["toyworld:bell", "toyworld:rooms"], "adaptation": list(TASKS), "heldout": [],
            "model": "random:", "attempts": SETTINGS.attempts, "concurrency": SETTINGS.concurrency,
            "max_steps": SETTINGS.max_steps, "seed": SETTINGS.seed, "settings": {"rounds": 2, "strategy": "global"}}
     bench = toyworld.ToyWorld()
     async with connect(NatsSettings(url=url)) as conn:
-        ledger = Ledger(conn, RUN)
+        ledger = Ledger(conn, run)
         try:
-            await ledger.start(LedgerOpened(run_id=RUN, strategy="global", harness=h0.to_dict(), digest=h0.digest,
+            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.to_dict(), digest=h0.digest,
                                             settings=job))
             first = Rollout(bench, RANDOM, h0, log=conn.log, settings=SETTINGS)
-            await first.start(RUN, kind="evolve")
-            out0 = await first.run_round(RUN, 0, TASKS, label=RoundLabel(purpose="main", variant="v0",
+            await first.start(run, kind="evolve")
+            out0 = await first.run_round(run, 0, TASKS, label=RoundLabel(purpose="main", variant="v0",
                                                                           stage_round=0))
             d0 = digests_of(out0.results)
             failing = [d.task for d in d0 if not d.solved]
-            await ledger.append(RoundDigested(run_id=RUN, round=0, actionability=len(failing) / len(d0), digests=d0,
+            await ledger.append(RoundDigested(run_id=run, round=0, actionability=len(failing) / len(d0), digests=d0,
                                               trace_rounds=(0,)))
-            c1, c2 = proposal("C-R0-01", h0, EDIT_1, failing[:1]), proposal("C-R0-02", h1, EDIT_2, failing)
-            await ledger.append(c1, HarnessShipped(run_id=RUN, round=0, variant="v0", candidates=("C-R0-01",),
+            c1, c2 = proposal("C-R0-01", h0, EDIT_1, failing[:1], run), proposal("C-R0-02", h1, EDIT_2, failing, run)
+            await ledger.append(c1, HarnessShipped(run_id=run, round=0, variant="v0", candidates=("C-R0-01",),
                                                    digest_before=h0.digest, digest_after=h1.digest,
                                                    operations=EDIT_1, harness=h1.to_dict()))
-            await ledger.append(c2, HarnessShipped(run_id=RUN, round=0, variant="v0", candidates=("C-R0-02",),
+            await ledger.append(c2, HarnessShipped(run_id=run, round=0, variant="v0", candidates=("C-R0-02",),
                                                    digest_before=h1.digest, digest_after=h2.digest,
                                                    operations=EDIT_2, harness=h2.to_dict()))
-            await ledger.append(RoundDecided(run_id=RUN, round=0, outcome="shipped", shipped=("C-R0-01", "C-R0-02"),
+            await ledger.append(RoundDecided(run_id=run, round=0, outcome="shipped", shipped=("C-R0-01", "C-R0-02"),
                                              metrics=metrics(d0)))
             # A learner's pass after round 0, as a co-evolution run records it (the agent stays random here).
-            await conn.log.append(f"hx.learn.{RUN}.default", PolicyUpdated(
-                run_id=RUN, through_round=0, rounds=(0,), parent="policy-0", version="policy-1", steps=1))
+            await conn.log.append(f"hx.learn.{run}.default", PolicyUpdated(
+                run_id=run, through_round=0, rounds=(0,), parent="policy-0", version="policy-1", steps=1))
             second = Rollout(bench, RANDOM, h2, log=conn.log, settings=SETTINGS)
-            out1 = await second.run_round(RUN, 1, TASKS, label=RoundLabel(purpose="main", variant="v0",
+            out1 = await second.run_round(run, 1, TASKS, label=RoundLabel(purpose="main", variant="v0",
                                                                            stage_round=1))
             d1 = digests_of(out1.results)
-            await ledger.append(RoundDigested(run_id=RUN, round=1, actionability=0.5, digests=d1, trace_rounds=(1,)))
-            await ledger.append(RoundDecided(run_id=RUN, round=1, outcome="all_rejected", metrics=metrics(d1), idle=1))
-            await ledger.append(EvolutionFinished(run_id=RUN, rounds=2, reason="ran 2 round(s)"))
-            await second.finish(RUN, rounds=2)
+            await ledger.append(RoundDigested(run_id=run, round=1, actionability=0.5, digests=d1, trace_rounds=(1,)))
+            await ledger.append(RoundDecided(run_id=run, round=1, outcome="all_rejected", metrics=metrics(d1), idle=1))
+            await ledger.append(EvolutionFinished(run_id=run, rounds=2, reason="ran 2 round(s)"))
+            await second.finish(run, rounds=2)
         finally:
             await ledger.close()
     return BuiltRun((h0, h1, h2), {0: d0, 1: d1})
+
+
+async def build_ledger_run(url: str, run: str, before: dict[str, tuple[int, int]],
+                           after: dict[str, tuple[int, int]]) -> None:
+    """A run's ledger alone, event by event: two digested rounds (task -> (passes, attempts)) and no ship between."""
+    h0 = starter_harness("textworld")
+
+    def digests(passes: dict[str, tuple[int, int]]) -> tuple[TaskDigest, ...]:
+        return tuple(TaskDigest(task=t, cluster=game_of(t), variant="v0", attempts=n, passes=p,
+                                category="" if p else "no_progress") for t, (p, n) in sorted(passes.items()))
+
+    async with connect(NatsSettings(url=url)) as conn:
+        ledger = Ledger(conn, run)
+        try:
+            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.to_dict(), digest=h0.digest,
+                                            settings={"run_id": run, "model": "random:", "attempts": 2}))
+            for n, passes in enumerate((before, after)):
+                d = digests(passes)
+                await ledger.append(RoundDigested(run_id=run, round=n, actionability=0.5, digests=d))
+                await ledger.append(RoundDecided(run_id=run, round=n, outcome="all_rejected", metrics=metrics(d),
+                                                 idle=n + 1))
+            await ledger.append(EvolutionFinished(run_id=run, rounds=2, reason="ran 2 round(s)"))
+        finally:
+            await ledger.close()

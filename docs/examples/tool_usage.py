@@ -2,7 +2,8 @@
 
 Run it against any hx log without installing anything:
 
-    hx projections run docs/examples/tool_usage.py:ToolUsage --follow
+    hx projections run docs/examples/tool_usage.py:ToolUsage          # build it, then follow the log
+    hx projections run docs/examples/tool_usage.py:ToolUsage --once   # build it, print the tally, stop
 
 or, with ``docs/examples`` on ``PYTHONPATH``, as ``tool_usage:ToolUsage``; or register it in
 a package's ``pyproject.toml`` and it shows up in ``hx projections list``:
@@ -55,3 +56,8 @@ class ToolUsage(Projection[ToolUsageState]):
         elif isinstance(event, ToolReturned) and event.result.is_error:
             state.setdefault(run, {}).setdefault(event.result.name, ToolTally()).errors += 1
         return state
+
+    def summary(self, state: ToolUsageState) -> str:
+        """The tally, one line per run and tool (``hx projections run --once`` and ``rebuild`` print it)."""
+        return "\n".join(f"  {run}  {tool}: {tally.calls} call(s), {tally.errors} error(s)"
+                         for run, tools in sorted(state.items()) for tool, tally in sorted(tools.items()))

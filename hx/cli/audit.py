@@ -22,7 +22,7 @@ from rich.tree import Tree
 
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option, stdout_console
 from hx.replay.audit import Verification, verify_file, verify_run
-from hx.replay.ledger_view import LedgerListing, LedgerRow, headline, listing
+from hx.replay.ledger_view import LedgerEntry, LedgerListing, LedgerRow, headline, listing, read_ledger
 from schemas.ledger import Anchor
 
 EXIT_NOT_VERIFIED = 3
@@ -97,9 +97,12 @@ def audit_group() -> None:
 @click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="Verify a copy instead: audit.jsonl from hx export, or hx log dump --stream HX_LEDGER lines "
                    "(RUN picks the run's events).")
+@click.option("--against-log", is_flag=True,
+              help="With RUN and --file: compare the copy's head with the head of RUN's ledger on the log "
+                   "(a copy shorter, longer or different is a problem).")
 @pass_app
 @click.pass_context
-def verify_command(ctx: click.Context, app: App, run_id: str | None, path: Path | None) -> None:
+def verify_command(ctx: click.Context, app: App, run_id: str | None, path: Path | None, against_log: bool) -> None:
     """Verify RUN's ledger (or a copy of it): chain intact, ships equal to their folds, verdicts' inputs on the log.
 
     Exit 0 when verified; 3 when the ledger is wrong (each problem named: the event, its
@@ -108,15 +111,25 @@ def verify_command(ctx: click.Context, app: App, run_id: str | None, path: Path 
     """
     if run_id is None and path is None:
         raise click.UsageError("give a RUN, or --file PATH (with RUN: that run's events in the file)")
-    result = verify_file(path, run_id) if path is not None else run(_verify(app, str(run_id)))
+    if against_log and (run_id is None or path is None):
+        raise click.UsageError("--against-log compares a copy with the log: give RUN and --file PATH")
+    on_log = run(_on_log(app, str(run_id))) if against_log else []
+    result = verify_file(path, run_id, on_log) if path is not None else run(_verify(app, str(run_id)))
     click.echo(result.headline())
     click.echo(f"  head: {result.head} (a forger who re-hashes the chain changes it: compare it with a copy)")
+    for note in result.notes:
+        click.echo(f"  note: {note}")
     for problem in result.problems:
         click.echo(f"  {problem}")
     for what in result.unchecked:
         click.echo(f"  not checked: {what}")
     if not result.ok:
         ctx.exit(EXIT_NOT_VERIFIED)
+
+
+async def _on_log(app: App, run_id: str) -> list[LedgerEntry]:
+    async with app.connect() as conn:
+        return await read_ledger(conn.log, run_id)
 
 
 async def _verify(app: App, run_id: str) -> Verification:

@@ -137,7 +137,8 @@ def rebuild(app: App, name: str, as_of: str | None, run_id: str | None) -> None:
     """Forget the checkpoint and fold the whole log again (--as-of: the state at a point, checkpoint untouched)."""
     if isinstance(named_projection(name), OtelSpans) and as_of is None:
         # A rebuild without exporting would checkpoint past every span: the next export would skip them all.
-        raise HxError("otel exports spans as it folds: use `hx projections run otel --from-start --otlp-endpoint URL`")
+        raise HxError("otel exports spans as it folds: "
+                      "use `hx projections run otel --from-start --once --otlp-endpoint URL`")
     if as_of is None:
         run(_rebuild(app, name))
         return
@@ -169,12 +170,13 @@ async def _rebuild(app: App, name: str) -> None:
         with progress_bar(f"rebuilding {name}") as progress:
             await runner.rebuild(progress=progress)
         _summary(runner, time.perf_counter() - started, runner.applied)
+        _view(runner)
         quarantine_note(conn.log)
 
 
 @projections_group.command("run")
 @click.argument("name", metavar="NAME|module:Class")
-@click.option("-f", "--follow", is_flag=True, help="After catching up, apply new events until Ctrl-C.")
+@click.option("--once", is_flag=True, help="Build to the log's end and stop, instead of following it.")
 @click.option("--from-start", is_flag=True, help="Forget the checkpoint and fold the whole log again.")
 @click.option("--from", "from_seq", type=click.IntRange(min=1), metavar="SEQ",
               help="Forget the checkpoint and fold the events from log sequence SEQ on (earlier ones are skipped).")
@@ -183,11 +185,11 @@ async def _rebuild(app: App, name: str) -> None:
 @click.option("--otlp-endpoint", metavar="URL",
               help="otel only: the OTLP/HTTP endpoint spans go to (http://host:4318, or a full .../v1/traces URL).")
 @click.option("--otlp-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="otel only: seconds to wait for the endpoint on each export.")
+              help="otel only: seconds an export may take, the exporter's retries included.")
 @pass_app
-def run_projection(app: App, name: str, follow: bool, from_start: bool, from_seq: int | None,
+def run_projection(app: App, name: str, once: bool, from_start: bool, from_seq: int | None,
                    checkpoint_every: int, otlp_endpoint: str | None, otlp_timeout: float) -> None:
-    """Build a projection from the log, resuming from its checkpoint, and catch up (--follow: stay live).
+    """Build a projection from the log, resuming from its checkpoint, then follow it (--once: stop at its end).
 
     NAME is a built-in (``hx projections list``), an installed plugin, or a class given as
     ``module:Class`` or ``path/to/file.py:Class``. ``otel`` exports every finished attempt
@@ -200,7 +202,7 @@ def run_projection(app: App, name: str, follow: bool, from_start: bool, from_seq
         raise HxError("the otel projection exports spans: give --otlp-endpoint URL (e.g. http://127.0.0.1:4318)")
     if otlp_endpoint and not isinstance(proj, OtelSpans):
         raise HxError(f"--otlp-endpoint is for the otel projection, not {proj.name!r}")
-    run(_run(app, name, follow, checkpoint_every, from_start=from_start, from_seq=from_seq,
+    run(_run(app, name, not once, checkpoint_every, from_start=from_start, from_seq=from_seq,
              otlp=(otlp_endpoint, otlp_timeout) if otlp_endpoint else None))
 
 
@@ -242,32 +244,51 @@ async def _run(app: App, name: str, follow: bool, checkpoint_every: int, *, from
         runner = _runner(conn.log, proj, checkpoint_every, otlp)
         await _start(runner, name, from_start, from_seq)
         before, started = runner.applied, time.perf_counter()
-        try:
-            with progress_bar(f"catching up {name}") as progress:
-                await runner.catch_up(progress=progress)
-            _summary(runner, time.perf_counter() - started, runner.applied - before)
-            _exported(runner)
-            quarantine_note(conn.log)
-            if follow:
-                if isinstance(runner, SpanExportRunner):
-                    runner.live = True  # following: each finished attempt goes out at once
-                click.echo(f"{name}: following the log (Ctrl-C stops)", err=True)
-                try:
-                    while True:
-                        try:
-                            await runner.follow()
-                            break
-                        except TimeoutError:
-                            # A timeout creating or inspecting the consumer gets out of EventLog.subscribe;
-                            # the runner resumes from its position, so following again loses nothing.
-                            log.debug("follow timed out while idle; following again", projection=name)
-                finally:
-                    click.echo(f"{name}: stopped at {_position(runner.position)}, "
-                               f"{runner.applied} events applied, digest {runner.digest}", err=True)
-                    _exported(runner, err=True)
-        except ExportFailed:
+        # A failed export raises ExportFailed out of here: its error line is the whole report (no summary
+        # of what did not go out).
+        with progress_bar(f"catching up {name}") as progress:
+            await runner.catch_up(progress=progress)
+        _summary(runner, time.perf_counter() - started, runner.applied - before)
+        _exported(runner)
+        if not follow:
+            _view(runner)
+        quarantine_note(conn.log)
+        if follow:
+            await _follow(runner, name)
+
+
+async def _follow(runner: ProjectionRunner[Any], name: str) -> None:
+    """Fold new events as they arrive until stopped; report where it stopped (not after a failed export)."""
+    if isinstance(runner, SpanExportRunner):
+        runner.live = True  # following: each finished attempt goes out at once
+    click.echo(f"{name}: following the log (Ctrl-C stops; --once builds to the end and stops)", err=True)
+    failed = False
+    try:
+        while True:
+            try:
+                await runner.follow()
+                break
+            except TimeoutError:
+                # A timeout creating or inspecting the consumer gets out of EventLog.subscribe;
+                # the runner resumes from its position, so following again loses nothing.
+                log.debug("follow timed out while idle; following again", projection=name)
+    except ExportFailed:
+        failed = True
+        raise
+    finally:
+        if not failed:
+            click.echo(f"{name}: stopped at {_position(runner.position)}, "
+                       f"{runner.applied} events applied, digest {runner.digest}", err=True)
             _exported(runner, err=True)
-            raise
+
+
+def _view(runner: ProjectionRunner[Any]) -> None:
+    """The projection's own short view of its state, when it offers one (a ``summary(state) -> str`` method)."""
+    summary = getattr(runner.projection, "summary", None)
+    if callable(summary):
+        text = str(summary(runner.state)).rstrip()
+        if text:
+            click.echo(text)
 
 
 def _exported(runner: ProjectionRunner[Any], err: bool = False) -> None:

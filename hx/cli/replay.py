@@ -15,9 +15,11 @@ import hx.bench  # noqa: F401 - registers the benchmark adapters a live environm
 from hx.cli._app import App, pass_app, run, run_id_option
 from hx.harness.config import HarnessConfig
 from hx.replay.fork import ForkReport, fork_attempt
+from hx.replay.logged import stage_rounds
 from hx.replay.replayer import ENVS, Env, ReplayReport, replay_round
 from hx.runtime.models import ModelConfig
 from schemas.lifecycle import AttemptFinished
+from streams.log import EventLog
 
 EXIT_DIVERGED = 3
 """``hx replay``'s exit status when the replay diverges from the log (1 stays for errors)."""
@@ -31,9 +33,27 @@ def _plugins(app: App) -> Path:
     return app.settings.data_dir.resolve() / "plugins"
 
 
+async def trace_rounds(log: EventLog, run_id: str, round_: int | None, stage: int | None) -> list[int]:
+    """The trace rounds asked for: ``--round`` itself, or the main trace rounds of evolution round ``--stage``."""
+    if stage is None:
+        return [] if round_ is None else [round_]
+    return [started.round for started in await stage_rounds(log, run_id, stage)]
+
+
+def check_round_or_stage(round_: int | None, stage: int | None, *, required: bool) -> None:
+    """``--round`` and ``--stage`` exclude each other (and one is needed when ``required``)."""
+    if round_ is not None and stage is not None:
+        raise click.UsageError("--round (a trace round) and --stage (an evolution round) exclude each other")
+    if required and round_ is None and stage is None:
+        raise click.UsageError("pass --round N (a trace round) or --stage N (an evolution round's main rollouts)")
+
+
 @click.command("replay")
 @click.argument("run_id", metavar="RUN", callback=run_id_option)
-@click.option("--round", "round_", type=click.IntRange(min=0), required=True, help="The round to replay.")
+@click.option("--round", "round_", type=click.IntRange(min=0), metavar="N",
+              help="The trace round to replay (gate, held-out and retried batches each have their own).")
+@click.option("--stage", type=click.IntRange(min=0), metavar="N",
+              help="The main rollouts of evolution round N (as hx evolve numbers them; every variant's).")
 @click.option("--task", help="Only this task's attempts.")
 @click.option("--attempt", type=click.IntRange(min=0), help="Only attempts with this number.")
 @harness_option
@@ -41,33 +61,38 @@ def _plugins(app: App) -> Path:
               help="log: the environment's observations and tool results come from the log (no game runs); "
                    "live: the real environment runs again, only nondeterministic tools are fed from the log.")
 @pass_app
-def replay_command(app: App, run_id: str, round_: int, task: str | None, attempt: int | None,
-                   harness_path: Path | None, env: Env) -> None:
+def replay_command(app: App, run_id: str, round_: int | None, stage: int | None, task: str | None,
+                   attempt: int | None, harness_path: Path | None, env: Env) -> None:
     """Re-execute a logged round with the run loop and compare every event body with the log.
 
     Model responses come from the log; nothing is written to it. Prints "identical: N
     attempts, E events" (exit 0) or the first divergence: log position, event type, field
-    path, logged and replayed values (exit 3).
+    path, logged and replayed values (exit 3), per trace round replayed.
     """
+    check_round_or_stage(round_, stage, required=True)
     harness = HarnessConfig.load(harness_path) if harness_path is not None else None
 
-    async def go() -> ReplayReport:
+    async def go() -> list[ReplayReport]:
         async with app.connect() as conn:
-            return await replay_round(conn, run_id, round_, task=task, attempt=attempt, harness=harness, env=env,
-                                      plugin_dir=_plugins(app))
+            return [await replay_round(conn, run_id, number, task=task, attempt=attempt, harness=harness, env=env,
+                                       plugin_dir=_plugins(app))
+                    for number in await trace_rounds(conn.log, run_id, round_, stage)]
 
-    report = run(go())
-    click.echo(f"replayed round {report.round} of run {report.run_id}: harness {report.harness_note}, "
-               f"environment from the {'log' if report.env == 'log' else 'real benchmark'}, "
-               f"{report.seconds:.2f}s", err=True)
-    if report.divergence is None:
-        click.echo(f"identical: {report.attempts} attempts, {report.events} events")
-        return
-    task_id, number = report.first_attempt or ("?", -1)
-    click.echo(f"diverged: {report.diverged} of {report.attempts} attempts; first in task {task_id} "
-               f"attempt {number}")
-    click.echo(report.divergence.describe())
-    click.get_current_context().exit(EXIT_DIVERGED)
+    diverged = False
+    for report in run(go()):
+        click.echo(f"replayed run {report.run_id}, {report.what}; harness {report.harness_note}, "
+                   f"environment from the {'log' if report.env == 'log' else 'real benchmark'}, "
+                   f"{report.seconds:.2f}s", err=True)
+        if report.divergence is None:
+            click.echo(f"identical: {report.attempts} attempts, {report.events} events")
+            continue
+        diverged = True
+        task_id, number = report.first_attempt or ("?", -1)
+        click.echo(f"diverged: {report.diverged} of {report.attempts} attempts; first in task {task_id} "
+                   f"attempt {number}")
+        click.echo(report.divergence.describe())
+    if diverged:
+        click.get_current_context().exit(EXIT_DIVERGED)
 
 
 def _outcome(passed: bool, status: str, steps: int) -> str:
@@ -81,7 +106,7 @@ def _outcome(passed: bool, status: str, steps: int) -> str:
 @click.option("--step", type=click.IntRange(min=0), required=True,
               help="Steps replayed from the log (0: live from the start).")
 @click.option("--round", "round_", type=click.IntRange(min=0),
-              help="The round  [default: the one round that ran the attempt]")
+              help="The trace round  [default: the one trace round that ran the attempt]")
 @harness_option
 @click.option("--model", metavar="SPEC", help="The live model after the step  [default: the logged one]")
 @click.option("--seed", type=int, help="The live model's seed after the step  [default: the attempt's]")

@@ -16,7 +16,7 @@ from hx.aegis.export_fold import rate
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.replay.bisect import Bisection, bisect
 from hx.replay.harness_diff import HarnessDiff, Step, harness_diff
-from hx.replay.regressions import AttemptEvidence, RoundRegressions, round_regressions
+from hx.replay.regressions import AttemptEvidence, Regression, RoundRegressions, round_regressions
 from hx.replay.timetravel import RunAt, parse_as_of, run_at
 
 AS_OF_HELP = "rN: as of round N's decision; a bare number: as of that HX_LEDGER sequence."
@@ -78,7 +78,8 @@ def _state_text(at: RunAt) -> None:
     for v, h in data["harness"].items():
         ran = data["ran"].get(v)
         note = "" if ran in (None, h["digest"]) else f" (round {at.round} ran {ran[:19]})"
-        click.echo(f"  {v}  {h['digest'][:19]}  since round {h['since_round']}{note}")
+        since = "initial" if h["since_round"] < 0 else f"since round {h['since_round']}"
+        click.echo(f"  {v}  {h['digest'][:19]}  {since}{note}")
         click.echo(f"      {', '.join(h['processors']) or '(no processor)'}")
     rounds = sorted({int(n) for t in data["tasks"] for n in t["rounds"]})
     click.echo(f"\ntask history (passes/attempts per round; pass@{at.k} of the last)")
@@ -103,7 +104,7 @@ def _state_text(at: RunAt) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @pass_app
 def regressions_command(app: App, run_id: str, round_: int, as_json: bool) -> None:
-    """Tasks of RUN solved in round N-1 and in no attempt of round N, the ships between, the evidence."""
+    """Tasks of RUN lost (solved in round N-1, no attempt of round N) or worsened, the ships between, the evidence."""
     found = run(_regressions(app, run_id, round_))
     if as_json:
         _emit(regressions_json(found))
@@ -122,15 +123,20 @@ def _attempt(a: AttemptEvidence) -> dict[str, Any]:
             "versions": sorted(a.versions)}
 
 
+def _regression(r: Regression) -> dict[str, Any]:
+    return {"task": r.task, "variant": r.variant, "before": f"{r.before.passes}/{r.before.attempts}",
+            "after": f"{r.after.passes}/{r.after.attempts}", "category": r.after.category,
+            "suspects": list(r.suspects), "anchors": [[a.seq, a.index, a.note] for a in r.anchors],
+            "attempts_before": [_attempt(a) for a in r.attempts_before],
+            "attempts_after": [_attempt(a) for a in r.attempts_after]}
+
+
 def regressions_json(found: RoundRegressions) -> dict[str, Any]:
     """``hx regressions --json``."""
     return {
         "run": found.run, "round": found.round, "tasks": found.tasks,
-        "regressions": [{"task": r.task, "variant": r.variant, "before": f"{r.before.passes}/{r.before.attempts}",
-                         "after": f"{r.after.passes}/{r.after.attempts}", "category": r.after.category,
-                         "suspects": list(r.suspects), "anchors": [[a.seq, a.index, a.note] for a in r.anchors],
-                         "attempts_before": [_attempt(a) for a in r.attempts_before],
-                         "attempts_after": [_attempt(a) for a in r.attempts_after]} for r in found.regressions],
+        "regressions": [_regression(r) for r in found.regressions],
+        "worsened": [_regression(r) for r in found.worsened],
         "ships": [{"round": s.event.round, "variant": s.event.variant, "operations": s.operations,
                    "candidates": [{"candidate": c.id, "levers": list(c.levers),
                                    "intended_effect": c.proposal.manifest.intended_effect,
@@ -146,15 +152,13 @@ def regressions_json(found: RoundRegressions) -> dict[str, Any]:
 def _regressions_text(found: RoundRegressions) -> None:
     data = regressions_json(found)
     click.echo(f"run {found.run}, round {found.round} against round {found.round - 1}: "
-               f"{len(found.regressions)} of {found.tasks} task(s) regressed")
+               f"{len(found.regressions)} of {found.tasks} task(s) regressed, {len(found.worsened)} worsened")
     for r in data["regressions"]:
-        click.echo(f"\n  {r['task']} ({r['variant']}): {r['before']} -> {r['after']} passed"
-                   f"{', ' + r['category'] if r['category'] else ''}; suspects {', '.join(r['suspects']) or '-'}")
-        for a in r["attempts_after"]:
-            click.echo(f"    attempt {a['attempt']} (trace round {a['trace_round']}, seed {a['seed']}): "
-                       f"{a['status']}, {a['steps']} steps{', ' + a['reason'] if a['reason'] else ''}")
-        for seq, index, note in r["anchors"]:
-            click.echo(f"    evidence HX_TRACE {seq}.{index}: {note}")
+        _regression_text(r, "lost")
+    if data["worsened"]:
+        click.echo("\nworsened (still solved, fewer attempts passed)")
+    for r in data["worsened"]:
+        _regression_text(r, "worsened")
     click.echo(f"\nships between round {found.round - 1} and round {found.round}: {len(data['ships']) or 'none'}")
     for s in data["ships"]:
         names = ", ".join(c["candidate"] for c in s["candidates"])
@@ -166,6 +170,17 @@ def _regressions_text(found: RoundRegressions) -> None:
     if found.policy_before != found.policy_after or found.updates:
         click.echo(f"\npolicy: round {found.round - 1} ran {', '.join(found.policy_before) or '-'}; round "
                    f"{found.round} ran {', '.join(found.policy_after) or '-'}; {len(found.updates)} update(s) between")
+
+
+def _regression_text(r: dict[str, Any], kind: str) -> None:
+    click.echo(f"\n  {r['task']} ({r['variant']}): {kind}: {r['before']} -> {r['after']} passed"
+               f"{', ' + r['category'] if r['category'] else ''}; suspects {', '.join(r['suspects']) or '-'}")
+    for a in r["attempts_after"]:
+        click.echo(f"    attempt {a['attempt']} (trace round {a['trace_round']}, seed {a['seed']}): "
+                   f"{'passed' if a['passed'] else 'failed'}, {a['status']}, {a['steps']} steps"
+                   f"{', ' + a['reason'] if a['reason'] else ''}")
+    for seq, index, note in r["anchors"]:
+        click.echo(f"    evidence HX_TRACE {seq}.{index}: {note}")
 
 
 # --- hx diff ----------------------------------------------------------------------------------
@@ -203,7 +218,7 @@ def diff_json(d: HarnessDiff) -> dict[str, Any]:
             "digests": list(d.digests), "operations": d.lines, "reproduces": d.reproduces,
             "ships": [{"round": s.event.round, "variant": s.event.variant, "operations": s.operations}
                       for s in d.ships],
-            "outcomes": [t.passed for t in d.trajectories], "steps": [len(t.steps) for t in d.trajectories],
+            "outcomes": [t.passed for t in d.trajectories], "steps": [t.step_count for t in d.trajectories],
             "divergence": {"step": d.divergence.step, "what": d.divergence.what, "a": _step(d.divergence.a),
                            "b": _step(d.divergence.b)}}
 
@@ -220,7 +235,7 @@ def _diff_text(d: HarnessDiff) -> None:
     for ship in d.ships:
         click.echo(f"  shipped in round {ship.event.round} to {ship.event.variant}: {'; '.join(ship.operations)}")
     first, second = d.trajectories
-    click.echo(f"trajectories: {len(first.steps)} step(s), {_verdict(first.passed)} -> {len(second.steps)} "
+    click.echo(f"trajectories: {first.step_count} step(s), {_verdict(first.passed)} -> {second.step_count} "
                f"step(s), {_verdict(second.passed)}")
     div = d.divergence
     if div.step is None:
@@ -253,7 +268,7 @@ def _verdict(passed: bool | None) -> str:
 @pass_app
 def bisect_command(app: App, run_id: str, task: str, from_: int, to: int, scratch_run: str | None,
                    as_json: bool) -> None:
-    """Apply the edits shipped between two rounds one at a time, re-run TASK under each, name the first flip."""
+    """Apply the edits shipped between two rounds one at a time, re-run TASK under each, name the first change."""
     b = run(_bisect(app, run_id, task, from_, to, scratch_run))
     if as_json:
         _emit(bisect_json(b))
@@ -269,20 +284,25 @@ async def _bisect(app: App, run_id: str, task: str, a: int, b: int, scratch: str
 def bisect_json(b: Bisection) -> dict[str, Any]:
     """``hx bisect --json``."""
     flip = b.flip
+    shift = b.shift
     return {"run": b.run, "task": b.task, "rounds": list(b.rounds), "scratch_run": b.scratch,
+            "model": b.model, "model_note": b.model_note,
             "edits": [{"name": e.name, "round": e.round, "kind": e.kind, "variant": e.variant,
                        "candidates": list(e.candidates), "operations": e.lines} for e in b.edits],
             "trials": [{"edits": t.edits, "digest": t.digest, "trace_round": t.trace_round, "attempts": t.attempts,
                         "passes": t.passes, "solved": t.solved} for t in b.trials],
             "logged": list(b.logged), "reproduced": b.reproduced, "reaches": b.reaches,
             "flip": None if flip is None else {"name": flip.name, "candidates": list(flip.candidates),
-                                               "operations": flip.lines}}
+                                               "operations": flip.lines},
+            "shift": None if shift is None else {"name": shift.name, "candidates": list(shift.candidates),
+                                                 "operations": shift.lines}}
 
 
 def _bisect_text(b: Bisection) -> None:
     a, z = b.rounds
     click.echo(f"bisect {b.task} of run {b.run}, rounds {a} -> {z}: {len(b.edits)} edit(s); re-runs in run "
                f"{b.scratch}")
+    click.echo(f"  model {b.model} ({b.model_note})")
     for t in b.trials:
         edit = f"round {a}'s harness" if t.edits == 0 else f"+ {b.edits[t.edits - 1].name}"
         click.echo(f"  {t.edits}  {t.digest[:19]}  {t.passes}/{t.attempts} passed  {edit}")
@@ -291,8 +311,12 @@ def _bisect_text(b: Bisection) -> None:
                    "not seeded)")
     if not b.reaches:
         click.echo(f"  note: the edits do not rebuild round {z}'s harness exactly")
-    flip = b.flip
-    if flip is None:
-        click.echo("no edit flips the task")
-    else:
+    flip, shift = b.flip, b.shift
+    if flip is not None:
         click.echo(f"first edit that flips it: {flip.name}: {'; '.join(flip.lines)}")
+    elif shift is not None:
+        t = b.trials[b.edits.index(shift) + 1]
+        click.echo(f"no edit flips the task; first edit that changes its pass count ({b.trials[0].passes}/"
+                   f"{b.trials[0].attempts} -> {t.passes}/{t.attempts}): {shift.name}: {'; '.join(shift.lines)}")
+    else:
+        click.echo("no edit changes the task's outcome")

@@ -9,6 +9,8 @@ import click
 import msgspec
 
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
+from hx.cli.replay import check_round_or_stage
+from hx.replay.logged import describe_round
 from hx.replay.transcript import Choice, Step, ToolStep, Transcript, Trigger, read_transcript
 from schemas.messages import Message, ToolCall
 
@@ -21,14 +23,17 @@ _LABEL = 12
 @click.argument("run_id", metavar="RUN", callback=run_id_option)
 @click.argument("task")
 @click.option("--round", "round_", type=click.IntRange(min=0), metavar="N",
-              help="The round (default: the latest round in which the task was attempted).")
+              help="The trace round (default: the latest in which the task was attempted; gate, held-out and "
+                   "retried batches each have their own).")
+@click.option("--stage", type=click.IntRange(min=0), metavar="N",
+              help="The main rollouts of evolution round N (as hx evolve numbers them) instead of --round.")
 @click.option("--attempt", type=click.IntRange(min=0), metavar="A",
               help="The attempt (default: the first attempt of the task in that round).")
 @click.option("--full", is_flag=True, help="Show every value in full (default: cut at 200 characters).")
 @click.option("--json", "as_json", is_flag=True, help="Print the transcript as one JSON object.")
 @pass_app
-def trace_command(app: App, run_id: str, task: str, round_: int | None, attempt: int | None, full: bool,
-                  as_json: bool) -> None:
+def trace_command(app: App, run_id: str, task: str, round_: int | None, stage: int | None, attempt: int | None,
+                  full: bool, as_json: bool) -> None:
     """Show one attempt of TASK in RUN step by step.
 
     Per step: what the model observed (the messages new to it, and the environment's
@@ -36,7 +41,8 @@ def trace_command(app: App, run_id: str, task: str, round_: int | None, attempt:
     each tool's result, and which processors triggered. Only the attempt's own subject is
     read; conversations are resolved from their logged deltas.
     """
-    transcript = run(_read(app, run_id, task, round_, attempt))
+    check_round_or_stage(round_, stage, required=False)
+    transcript = run(_read(app, run_id, task, round_, stage, attempt))
     if as_json:
         sys.stdout.write(msgspec.json.encode(transcript).decode() + "\n")
         return
@@ -44,9 +50,10 @@ def trace_command(app: App, run_id: str, task: str, round_: int | None, attempt:
         click.echo(line)
 
 
-async def _read(app: App, run_id: str, task: str, round_: int | None, attempt: int | None) -> Transcript:
+async def _read(app: App, run_id: str, task: str, round_: int | None, stage: int | None,
+                attempt: int | None) -> Transcript:
     async with app.connect() as conn:
-        transcript = await read_transcript(conn.log, run_id, task, round_, attempt)
+        transcript = await read_transcript(conn.log, run_id, task, round_, attempt, stage=stage)
         quarantine_note(conn.log)
         return transcript
 
@@ -70,8 +77,10 @@ def _others(values: tuple[int, ...]) -> str:
 
 def render(t: Transcript, width: int | None = _WIDTH) -> list[str]:
     """The transcript as text lines."""
-    out = [f"run {t.run} · round {t.round}{_others(t.rounds)} · task {t.task} · "
+    out = [f"run {t.run} · trace round {t.round}{_others(t.rounds)} · task {t.task} · "
            f"attempt {t.attempt}{_others(t.attempts)}"]
+    if t.started is not None:
+        out.append(describe_round(t.round, t.started))
     out.append(f"harness {t.harness_digest or '?'} · model {t.model or '?'} · {t.events} events")
     if t.instruction:
         out.append(_line("task", _cut(t.instruction, width)))
@@ -101,14 +110,18 @@ def _message(m: Message, width: int | None) -> str:
 
 def _step(step: Step, width: int | None) -> list[str]:
     out = ["", f"step {step.number}"]
+    # causal order: what the model saw, what it chose, what the tools returned, what processors did
     out.extend(_line("observation", _message(m, width)) for m in step.observation)
-    out.extend(_line("environment", _cut(e.observation, width)) for e in step.environment)
     for error in step.errors:
         out.append(_line("model error", f"{error.kind} ({error.next_action}): {_cut(error.message, width)}"))
     if step.choice is not None:
         out.extend(_choice(step.choice, width))
     for tool in step.tools:
         out.extend(_tool(tool, width))
+    # the environment's observation after the action is usually the tool's result: shown only when it is not
+    returned = {r.output for t in step.tools for r in (t.result, t.passed_on) if r is not None}
+    out.extend(_line("environment", _cut(e.observation, width)) for e in step.environment
+               if e.observation not in returned)
     out.extend(_line("processor", _trigger(tr, width)) for tr in step.triggers)
     return out
 

@@ -32,7 +32,7 @@ from hx.aegis.session import restore_plugins
 from hx.bench.rollout import round_roles
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
-from hx.replay.ledger_view import AnchorResolver, LedgerEntry, read_copy, read_ledger
+from hx.replay.ledger_view import AnchorResolver, LedgerEntry, compare_copy, events_span, read_copy, read_ledger
 from schemas.ledger import (
     AnyEditOp,
     ApprovalGiven,
@@ -82,6 +82,8 @@ class Verification:
     problems: list[Problem] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
     """What could not be checked, and why."""
+    notes: list[str] = field(default_factory=list)
+    """What holds but deserves a look (a copy that ends before the run's end)."""
     source: str = "log"
     head: str = ""
     """The digest of the last event: what a copy of the ledger kept elsewhere must end with too."""
@@ -151,7 +153,7 @@ def _classify(entries: Sequence[LedgerEntry], digests: list[str], claimed: list[
             return Problem("reordered", f"{entry.label} comes first but chains to {entries[j].label}, which comes "
                                         "after it: reordered")
         if positioned and entry.position > 1:
-            missing = _span(1, entry.position - 1)
+            missing = events_span(1, entry.position - 1)
             return Problem("dropped", f"{missing} missing: the ledger starts at {entry.label}, which chains to "
                                       f"{prev[:19]}...: dropped")
         return Problem("dropped", f"{entry.label} is first but chains to {prev[:19]}..., not to nothing: the "
@@ -171,17 +173,13 @@ def _classify(entries: Sequence[LedgerEntry], digests: list[str], claimed: list[
                                  "was edited (its body no longer hashes to the digest recorded for it and chained "
                                  "to by the next event)")
     if positioned and entry.position > before.position + 1:
-        missing = _span(before.position + 1, entry.position - 1)
+        missing = events_span(before.position + 1, entry.position - 1)
         return Problem("dropped", f"{missing} missing: chain breaks between event {before.position} "
                                   f"({before.type}) and {entry.label}: dropped")
     if positioned:
         return Problem("edited", f"{entry.label}: prev does not match the digest of {before.label}: edited")
     return Problem("edited", f"{entry.label}: prev does not match the digest of {before.label} nor of any event "
                              "here: the event before it was edited, or events between them were dropped")
-
-
-def _span(first: int, last: int) -> str:
-    return f"event {first}" if first == last else f"events {first}-{last}"
 
 
 # --- the folds ----------------------------------------------------------------------------------
@@ -387,10 +385,16 @@ async def verify_run(log: EventLog, run_id: str, plugin_dir: Path | None = None)
     return out
 
 
-def verify_file(path: Path, run_id: str | None = None) -> Verification:
-    """Audit a ledger copy (``run_id``'s events in it): chain, folds, ledger-internal inputs; no trace checks."""
+def verify_file(path: Path, run_id: str | None = None, on_log: Sequence[LedgerEntry] = ()) -> Verification:
+    """Audit a ledger copy (``run_id``'s events in it): chain, folds, ledger-internal inputs; no trace checks.
+
+    With ``on_log`` (the run's ledger read from the log), a copy whose head differs is a problem, named.
+    """
     entries, digests, positioned = read_copy(path, run_id)
     out = Verification(events=len(entries), source="file", head=ledger_digest(entries[-1].event))
+    difference, note = compare_copy(entries, on_log)
+    out.problems += [Problem("copy", difference)] if difference else []
+    out.notes += [note] if note else []
     out.problems += check_chain(entries, digests, positioned) + _same_run(entries, entries[0].event.run_id)
     code_missing = any(isinstance(e.event, CandidateProposed) and e.event.code for e in entries)
     out.ships, fold_problems, out.unchecked = check_folds(entries, code_missing=code_missing)

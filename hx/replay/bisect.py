@@ -8,7 +8,14 @@ task is run again under the intermediate harness, through the same rollout code 
 run's model spec, settings and attempt seeds (``attempt_seed(run seed, task, attempt)``, the
 attempts its main rollouts used): with a seeded agent and environment a re-run under round
 ``A``'s harness repeats round ``A``'s outcome, which the report checks. The first harness whose
-k-aware outcome (solved: some attempt passed) differs from the first's names the edit.
+k-aware outcome (solved: some attempt passed) differs from the first's names the edit; when
+none flips the task outright, the first after which its pass count differs (``2/2 -> 1/2``).
+Between two rounds with no edit there is nothing to bisect: that is said and nothing is run.
+
+The model is the run's model spec, except in a co-evolution run, whose rounds ran different
+policy checkpoints (``policy:<version>``, the ``model_version`` of their ``model.response``
+events): there the re-runs use the policy round ``A``'s attempts of the task ran, so only the
+harness changes between the trials.
 
 The re-runs are a scratch run of their own (``<run>.bisect-<id>`` unless named), labelled
 ``bisect`` with the source run in its ``RunStarted``: nothing is written to the run bisected.
@@ -26,8 +33,8 @@ from hx.bench.registry import Benchmark, benchmark
 from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
-from hx.replay.harness_diff import harness_in, task_round
-from hx.replay.regressions import ledger_state
+from hx.replay.harness_diff import harness_in, task_round, task_variant
+from hx.replay.regressions import AttemptEvidence, attempts_of, ledger_state
 from hx.replay.timetravel import TimeTravelError, run_marks
 from hx.runtime.models import ModelConfig
 from schemas.ledger import AnyEditOp, HarnessShipped, LedgerOpened, VariantForked
@@ -88,6 +95,10 @@ class Bisection:
     """The task's solved state as the run logged it in rounds A and B."""
     reaches: bool = True
     """The edits applied to round A's harness give round B's."""
+    model: str = ""
+    """The model spec the re-runs used."""
+    model_note: str = ""
+    """Why that model (the run's spec, or round A's policy checkpoint)."""
 
     @property
     def flip(self) -> Edit | None:
@@ -96,6 +107,15 @@ class Bisection:
             return None
         first = self.trials[0].solved
         hit = next((t for t in self.trials[1:] if t.solved != first), None)
+        return self.edits[hit.edits - 1] if hit is not None else None
+
+    @property
+    def shift(self) -> Edit | None:
+        """When no edit flips the task: the first edit after which its pass count differs from round A's harness's."""
+        if not self.trials or self.flip is not None:
+            return None
+        first = self.trials[0]
+        hit = next((t for t in self.trials[1:] if t.passes * first.attempts != first.passes * t.attempts), None)
         return self.edits[hit.edits - 1] if hit is not None else None
 
     @property
@@ -118,6 +138,22 @@ def edits_between(events: Sequence[Any], va: str, vb: str, a: int, b: int) -> li
     return out
 
 
+def rerun_model(spec: str, before: Sequence[AttemptEvidence], after: Sequence[AttemptEvidence]) -> tuple[str, str]:
+    """(model spec, why) for the re-runs: the run's spec, or round A's policy when the rounds ran different ones."""
+    versions_a = {v for a in before for v in a.versions}
+    versions_b = {v for a in after for v in a.versions}
+    # only the trainable policy changes under a run: another provider's version is not a checkpoint to load
+    policy = spec.startswith("policy:") or any(a.model.startswith("policy:") for a in before)
+    if not policy or not versions_a or versions_a == versions_b:
+        return spec, "the run's model spec"
+    if len(versions_a) == 1:
+        [version] = versions_a
+        # a co-evolution round runs one checkpoint: the policy provider loads it by version
+        return f"policy:{version}", (f"co-evolution run: round A's attempts ran policy version {version}, round B's "
+                                     f"{', '.join(sorted(versions_b)) or 'none logged'}")
+    return spec, f"the run's model spec (round A's attempts ran several versions: {', '.join(sorted(versions_a))})"
+
+
 def scratch_id(run: str, scratch: str | None) -> str:
     """The scratch run's id (never the run itself)."""
     name = check_run_id(scratch or f"{run[:100]}.bisect-{uuid.uuid4().hex[:8]}")
@@ -136,10 +172,14 @@ async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch:
         raise TimeTravelError(f"run {run!r} has no ledger: hx bisect applies an evolution run's shipped edits")
     events, state = ledger_state(marks)
     digests = {n: {d.task: d for d in ds} for n, ds in state.digests.items()}
-    (va, ta), (vb, _) = (task_round(marks, {n: {t: d.variant for t, d in ds.items()} for n, ds in digests.items()},
-                                    task, r) for r in (a, b))
-    harnesses = [harness_in(events, va, a)]
+    variants = {n: {t: d.variant for t, d in ds.items()} for n, ds in digests.items()}
+    va, vb = task_variant(marks, variants, task, a), task_variant(marks, variants, task, b)
     edits = edits_between(events, va, vb, a, b)
+    if not edits:
+        raise TimeTravelError(f"no edit was shipped to {va} (the variant {task!r} ran) between round {a} and round "
+                              f"{b}: nothing to bisect, nothing re-run")
+    (_, ta), (_, tb) = task_round(marks, variants, task, a), task_round(marks, variants, task, b)
+    harnesses = [harness_in(events, va, a)]
     for edit in edits:
         try:
             harnesses.append(apply(harnesses[-1], edit.operations))
@@ -155,11 +195,14 @@ async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch:
     settings = RolloutSettings(attempts=int(job.get("attempts", 2)), concurrency=int(job.get("concurrency", 4)),
                                max_steps=int(job.get("max_steps", 100)), seed=int(job.get("seed", 0)),
                                timeout_s=job.get("timeout_s"))
+    ran = await attempts_of(log, run, [ta, tb], [task])
+    result.model, result.model_note = rerun_model(str(job.get("model", "random:")),
+                                                  [x for x in ran[task] if x.trace_round == ta],
+                                                  [x for x in ran[task] if x.trace_round == tb])
     names = sorted({str(spec).partition(":")[0] for spec in job.get("benches", ())} or {task.partition(":")[0]})
     benches = [make_benchmark(n) for n in names]
     try:
-        await _trials(log, result, harnesses, benches, ModelConfig(main=str(job.get("model", "random:"))), settings,
-                      first)
+        await _trials(log, result, harnesses, benches, ModelConfig(main=result.model), settings, first)
     finally:
         for bench in benches:
             bench.close()

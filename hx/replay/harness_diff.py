@@ -25,7 +25,7 @@ from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.replay.regressions import ShipBetween, ledger_state
-from hx.replay.timetravel import RunMarks, TimeTravelError, run_marks
+from hx.replay.timetravel import RunMarks, TimeTravelError, read_decoded, run_marks
 from schemas.ledger import AnyEditOp, Attach, HarnessShipped, Remove, Reparam, Replace, VariantForked
 from schemas.lifecycle import AttemptFinished
 from schemas.model import ModelResponse
@@ -73,6 +73,15 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
     passed: bool | None = None
     status: str = ""
+    finished_steps: int | None = None
+    """The steps ``attempt.finished`` reports (what ``hx trace`` and ``hx regressions`` show)."""
+
+    @property
+    def step_count(self) -> int:
+        """The attempt's steps, counted as ``attempt.finished`` counts them (the opening observation is no step)."""
+        if self.finished_steps is not None:
+            return self.finished_steps
+        return sum(1 for s in self.steps if s.step)
 
 
 @dataclass
@@ -118,11 +127,12 @@ async def trajectory(log: EventLog, subject: str) -> Trajectory:
     steps: dict[int, Step] = {}
     calls: dict[int, list[str]] = {}
     said: dict[int, str] = {}
-    async for r in log.read(TRACE.name, subjects=[subject], types=[
-            ToolInvoked.TYPE, ToolReturned.TYPE, ModelResponse.TYPE, EnvObservation.TYPE, AttemptFinished.TYPE]):
+    async for r in read_decoded(log, TRACE.name, [subject], [
+            ToolInvoked.TYPE, ToolReturned.TYPE, ModelResponse.TYPE, EnvObservation.TYPE, AttemptFinished.TYPE],
+                                what="an attempt compared"):
         ev = r.event
         if isinstance(ev, AttemptFinished):
-            out.passed, out.status = ev.passed, ev.status
+            out.passed, out.status, out.finished_steps = ev.passed, ev.status, ev.steps
         elif isinstance(ev, EnvObservation):
             if ev.step == 0:  # the first observation; later ones repeat what the tool returned
                 steps.setdefault(0, Step(0, "(start)", ev.observation, r.seq))
@@ -155,8 +165,8 @@ def diverge(a: Trajectory, b: Trajectory) -> Divergence:
     return Divergence(None)
 
 
-def task_round(marks: RunMarks, digests: dict[int, dict[str, str]], task: str, round: int) -> tuple[str, int]:
-    """(variant, trace round) of ``task``'s main rollout in evolution round ``round``."""
+def task_variant(marks: RunMarks, digests: dict[int, dict[str, str]], task: str, round: int) -> str:
+    """The variant ``task`` ran under in evolution round ``round`` (from the round's digests)."""
     variant = digests.get(round, {}).get(task)
     if variant is None:
         if round not in digests:
@@ -164,6 +174,12 @@ def task_round(marks: RunMarks, digests: dict[int, dict[str, str]], task: str, r
             raise TimeTravelError(f"run {marks.run!r} has no round {round}"
                                   + (f" (rounds {known[0]}..{known[-1]})" if known else ""))
         raise TimeTravelError(f"task {task!r} did not run in round {round} of run {marks.run!r}")
+    return variant
+
+
+def task_round(marks: RunMarks, digests: dict[int, dict[str, str]], task: str, round: int) -> tuple[str, int]:
+    """(variant, trace round) of ``task``'s main rollout in evolution round ``round``."""
+    variant = task_variant(marks, digests, task, round)
     trace = [t.number for t in marks.main_rounds(round) if t.started.variant in ("", variant)
              and task in t.started.task_ids]
     if not trace:

@@ -34,12 +34,14 @@ from schemas.ledger import (
     CandidateProposed,
     CandidateRevised,
     CriticJudged,
+    EvolutionFinished,
     GateJudged,
     HarnessShipped,
     LedgerEvent,
     RoundDecided,
     VariantForked,
     VariantRetired,
+    ledger_digest,
 )
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.tools import EnvObservation, ToolInvoked
@@ -282,7 +284,7 @@ def headline(event: LedgerEvent) -> str:
         concern = f"; concern: {event.strategy_concern}" if event.strategy_concern else ""
         return f"critic ({event.critic}): {said}{extra}{concern}"
     if isinstance(event, GateJudged):
-        verdict = f"passed ({event.outcome})" if event.passed else f"rejected at {event.first_failure or '?'}"
+        verdict = f"passed ({event.outcome})" if event.passed else _rejection(event)
         flips = sum(f.after and not f.before for f in event.flips), sum(f.before and not f.after for f in event.flips)
         rounds = ", ".join(map(str, event.trace_rounds)) or "none"
         return (f"gate on {event.candidate} ({event.variant}): {verdict}; {flips[0]} fixed, {flips[1]} broken; "
@@ -301,6 +303,59 @@ def headline(event: LedgerEvent) -> str:
         return f"{'approved' if event.approved else 'refused'} {event.candidate}" + (f" by {event.by}" if event.by
                                                                                        else "")
     return type(event).TYPE
+
+
+def _rejection(event: GateJudged) -> str:
+    """Where a gate rejected: the first failing check, with what it found (its flips alone can read as a pass)."""
+    failed = next((c for c in event.checks if not c.passed), None)
+    if failed is None:
+        return f"rejected at {event.first_failure or '?'}"
+    return f"rejected at {failed.name}" + (f" ({failed.detail})" if failed.detail else "")
+
+
+def compare_copy(copy: Sequence[LedgerEntry], on_log: Sequence[LedgerEntry] = ()) -> tuple[str, str]:
+    """``(difference, note)`` of a ledger copy: against the run's ledger on the log when given, else its end."""
+    if not on_log:
+        return "", unfinished_note(copy)
+    difference = copy_difference(copy, on_log)
+    return difference, "" if difference else f"the copy's head is the head of the run on the log ({len(on_log)} events)"
+
+
+def unfinished_note(entries: Sequence[LedgerEntry]) -> str:
+    """A note when a ledger does not end with ``ledger.evolution_finished`` (a cut end verifies otherwise)."""
+    last = entries[-1]
+    if isinstance(last.event, EvolutionFinished):
+        return ""
+    return (f"the ledger ends at event {last.position} ({last.type}): the run is unfinished, or events were cut "
+            f"from its end: compare the head with the run's (--against-log, or `hx audit verify RUN`)")
+
+
+def copy_difference(copy: Sequence[LedgerEntry], on_log: Sequence[LedgerEntry]) -> str:
+    """How a copy of a run's ledger differs from the run's ledger on the log, by event digest; "" when equal."""
+    ours, theirs = [ledger_digest(e.event) for e in copy], [ledger_digest(e.event) for e in on_log]
+    same = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
+    head = f"the copy's head {ours[-1][:19]} is not the log's {theirs[-1][:19]}"
+    if same < min(len(ours), len(theirs)):
+        return (f"{head}: the copy differs from the log from event {copy[same].position} "
+                f"(copy: {copy[same].type}, log: {on_log[same].type})")
+    if len(ours) < len(theirs):
+        missing = on_log[len(ours):]
+        return (f"{head}: the copy is shorter, it ends at event {copy[-1].position} of the run's "
+                f"{on_log[-1].position}; missing from its end: {_span_of(missing)}")
+    if len(ours) > len(theirs):
+        return (f"{head}: the copy is longer, with {len(ours) - len(theirs)} event(s) past the run's last "
+                f"(event {on_log[-1].position}): {_span_of(copy[len(theirs):])}")
+    return ""
+
+
+def events_span(first: int, last: int) -> str:
+    """``event 4`` or ``events 4-9``: a run of ledger positions in a message."""
+    return f"event {first}" if first == last else f"events {first}-{last}"
+
+
+def _span_of(entries: Sequence[LedgerEntry]) -> str:
+    first, last = entries[0], entries[-1]
+    return first.label if first is last else f"{first.label} .. {last.label}"
 
 
 def rounds_of(entries: Sequence[LedgerEntry]) -> list[int]:

@@ -36,6 +36,48 @@ class NotOnLog(ReplayError):
     """The run, round, task or attempt asked for is not on the log."""
 
 
+# --- trace rounds and evolution rounds ---------------------------------------------------------
+
+_PURPOSES = {"main": "main rollouts", "gate": "gate rollouts", "heldout": "held-out evaluation",
+             "counterfactual": "counterfactual replay", "retry": "retried rollouts"}
+
+
+def round_purpose(started: RoundStarted) -> str:
+    """What a trace round was, from its ``round.started``: "gate rollouts of candidate C on v0, evolution round 1"."""
+    text = _PURPOSES.get(started.purpose, f"{started.purpose or 'main'} rollouts")
+    if started.candidate:
+        text += f" of candidate {started.candidate}"
+    if started.variant:
+        text += f" on {started.variant}"
+    if started.stage_round >= 0:
+        text += f", evolution round {started.stage_round}"
+    return text
+
+
+def describe_round(round: int, started: RoundStarted | None) -> str:
+    """A trace round named with what it was ("trace round 11: gate rollouts of ..."), for headers."""
+    return f"trace round {round}" + (f": {round_purpose(started)}" if started is not None else "")
+
+
+async def stage_rounds(log: EventLog, run_id: str, stage: int) -> list[RoundStarted]:
+    """The main trace rounds of evolution round ``stage`` (one per variant), in order; ``NotOnLog`` when none.
+
+    Evolution rounds (what ``hx evolve`` prints, what ``regressions``/``diff``/``ledger`` take)
+    and trace rounds differ: every gate, held-out or retried batch gets its own trace round.
+    """
+    rounds = await round_roles(log, run_id)
+    main = [ev for _, ev in sorted(rounds.items()) if ev.purpose == "main" and ev.stage_round >= 0]
+    found = [ev for ev in main if ev.stage_round == stage]
+    if found:
+        return found
+    if not rounds and not [r async for r in log.read(TRACE.name, subjects=[trace_subject(run_id)])]:
+        raise NotOnLog(f"run {run_id!r} is not on the log")
+    stages = sorted({ev.stage_round for ev in main})
+    raise NotOnLog(f"run {run_id!r} has no main rollouts of evolution round {stage}; "
+                   + (f"its evolution rounds: {', '.join(map(str, stages))}" if stages
+                      else "it has no evolution rounds (use --round for its trace rounds: "
+                           f"{', '.join(str(r) for r in sorted(rounds)) or 'none'})"))
+
 
 # --- the logged round -----------------------------------------------------------------------
 
@@ -148,11 +190,30 @@ async def logged_attempts(log: EventLog, header: LoggedRound, *, task: str | Non
         yield whole(subject, rest)
     undecodable()
     if (task is not None or attempt is not None) and not seen:
-        tasks = header.started.task_ids
         raise NotOnLog(f"round {round} of run {run_id!r} has no attempt"
                        + ("" if task is None else f" of task {task!r}")
                        + ("" if attempt is None else f" numbered {attempt}")
-                       + f"; its tasks: {', '.join(tasks[:5])}{' ...' if len(tasks) > 5 else ''}")
+                       + "; " + await _what_is_there(log, header, task))
+
+
+async def _what_is_there(log: EventLog, header: LoggedRound, task: str | None) -> str:
+    """The round's tasks (a task not in it) or the attempt numbers it holds (of the task, when given)."""
+    tasks = header.started.task_ids
+    if task is not None and tasks and task not in tasks:
+        return f"its tasks: {', '.join(tasks[:5])}{' ...' if len(tasks) > 5 else ''}"
+    # the attempt subjects from the stream's subject index: no message is read
+    pattern = trace_filter(header.run_id, header.round, task, None)
+    info = await log.js.stream_info(TRACE.name, subjects_filter=pattern)
+    numbers: set[int] = set()
+    for subject in info.state.subjects or {}:
+        try:
+            address = TraceAddress.parse(subject)
+        except ValueError:
+            continue
+        if address.attempt is not None and (task is None or address.task == task):
+            numbers.add(address.attempt)
+    of = "" if task is None else f" of task {task!r}"
+    return f"its attempts{of}: {', '.join(map(str, sorted(numbers))) or 'none'}"
 
 
 async def read_round(log: EventLog, run_id: str, round: int, *, task: str | None = None,

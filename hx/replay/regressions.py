@@ -1,8 +1,10 @@
 """Regressions of a round: tasks whose pass@k state worsened against the round before, the ships between, the evidence.
 
-A task *regresses* in round ``N`` when it was solved in round ``N-1`` (some of its ``k``
+A task is *lost* in round ``N`` when it was solved in round ``N-1`` (some of its ``k``
 attempts passed) and is solved in none of round ``N``'s: the gate's seesaw definition,
-computed by the planner's own ``regressions`` over the ledger's digests. For each one this
+computed by the planner's own ``regressions`` over the ledger's digests. A task still solved
+whose share of passing attempts fell (``2/2 -> 1/2``) has *worsened*: k-aware, so listed
+too, as a second group after the lost ones. For each one this
 module gathers what an engineer needs to find the cause: the ships recorded between the two
 rounds' rollouts (candidates, levers, manifests, operations), the failing attempts' verdicts
 (status, reason, steps, the digest's failure category and evidence anchors), and the model
@@ -22,7 +24,7 @@ from hx.aegis.export_rounds import carried
 from hx.aegis.operations import describe
 from hx.aegis.planner import regressions as planned_regressions
 from hx.aegis.state import Candidate, RunState
-from hx.replay.timetravel import RunMarks, TimeTravelError, run_marks
+from hx.replay.timetravel import RunMarks, TimeTravelError, read_decoded, run_marks
 from schemas.learn import PolicyUpdated
 from schemas.ledger import Anchor, LedgerEvent, TaskDigest
 from schemas.lifecycle import AttemptFinished, AttemptStarted
@@ -89,6 +91,9 @@ class RoundRegressions:
     round: int
     tasks: int
     regressions: list[Regression]
+    """Lost: solved in round N-1, solved in no attempt of round N (the gate's seesaw rule)."""
+    worsened: list[Regression]
+    """Still solved, but a smaller share of the attempts passed (``2/2 -> 1/2``)."""
     ships: list[ShipBetween]
     policy_before: list[str]
     policy_after: list[str]
@@ -119,8 +124,8 @@ async def attempts_of(log: EventLog, run: str, trace_rounds: list[int], tasks: l
     subjects = [trace_filter(run, n, t) for n in trace_rounds for t in tasks]
     if not subjects:
         return {t: [] for t in tasks}
-    async for r in log.read(TRACE.name, subjects=subjects,
-                            types=[AttemptStarted.TYPE, AttemptFinished.TYPE, ModelResponse.TYPE]):
+    async for r in read_decoded(log, TRACE.name, subjects, [AttemptStarted.TYPE, AttemptFinished.TYPE,
+                                                            ModelResponse.TYPE], what=f"the attempts of run {run!r}"):
         ev = r.event
         parts = r.subject.split(".")
         task = next((t for t in tasks if subject_token(t) == parts[4]), None)
@@ -140,11 +145,17 @@ async def attempts_of(log: EventLog, run: str, trace_rounds: list[int], tasks: l
 async def learner_updates(log: EventLog, run: str, after_trace: int, through_trace: int) -> list[PolicyUpdated]:
     """Policy updates a run's learners made after trace round ``after_trace`` and before ``through_trace``."""
     out = []
-    async for r in log.read(LEARN.name, subjects=[f"hx.learn.{subject_token(run)}.*"], types=[PolicyUpdated.TYPE]):
+    async for r in read_decoded(log, LEARN.name, [f"hx.learn.{subject_token(run)}.*"], [PolicyUpdated.TYPE],
+                                what=f"the learner records of run {run!r}"):
         ev = r.event
         if isinstance(ev, PolicyUpdated) and after_trace <= ev.through_round < through_trace:
             out.append(ev)
     return out
+
+
+def worsened(before: TaskDigest, after: TaskDigest) -> bool:
+    """A smaller share of the task's attempts passed (k-aware; attempt counts may differ between rounds)."""
+    return after.passes * before.attempts < before.passes * after.attempts
 
 
 def _policies(attempts: dict[str, list[AttemptEvidence]]) -> list[str]:
@@ -162,7 +173,10 @@ async def round_regressions(log: EventLog, run: str, round: int) -> RoundRegress
     after = {d.task: d for d in state.digests[round]}
     before = {d.task: d for d in state.digests[round - 1]}
     found = planned_regressions(state, round, state.digests[round])
-    names = [r.task for r in found]
+    lost = {r.task for r in found}
+    fell = [d for d in state.digests[round] if d.task in before and d.task not in lost and d.solved
+            and worsened(before[d.task], d)]
+    names = [*(r.task for r in found), *(d.task for d in fell)]
     trace_before = [t.number for t in marks.main_rounds(round - 1)]
     trace_after = [t.number for t in marks.main_rounds(round)]
     attempts_before = await attempts_of(log, run, trace_before, names)
@@ -172,7 +186,11 @@ async def round_regressions(log: EventLog, run: str, round: int) -> RoundRegress
              for s in fold.round(round).between]
     regs = [Regression(r.task, r.variant, before[r.task], after[r.task], attempts_before[r.task],
                        attempts_after[r.task], r.suspects) for r in found]
+    # the planner's suspects, for a task the planner does not count: ships to its variant in round N-1
+    worse = [Regression(d.task, d.variant, before[d.task], d, attempts_before[d.task], attempts_after[d.task],
+                        tuple(s.candidate for s in state.ships if s.round == round - 1 and s.variant == d.variant))
+             for d in fell]
     updates = (await learner_updates(log, run, max(trace_before), min(trace_after))
                if trace_before and trace_after else [])
-    return RoundRegressions(run, round, len(after), regs, ships, _policies(attempts_before),
+    return RoundRegressions(run, round, len(after), regs, worse, ships, _policies(attempts_before),
                             _policies(attempts_after), updates)

@@ -36,7 +36,7 @@ from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harnesses import families, starter_harness
 from hx.replay.compare import Aliases, Divergence, compare_attempt
-from hx.replay.logged import LoggedRound, ReplayError, logged_attempts, model_specs, round_header
+from hx.replay.logged import LoggedRound, ReplayError, describe_round, logged_attempts, model_specs, round_header
 from hx.replay.recorded import FedTask, RecordedTask, Recording
 from hx.runtime.loop import RunLoop
 from hx.runtime.models import ModelConfig
@@ -60,23 +60,34 @@ class HarnessMissing(ReplayError):
 # --- the harness of a round -----------------------------------------------------------------
 
 
-def harness_on_ledger(records: Sequence[Any], digest: str) -> tuple[HarnessConfig, str] | None:
-    """The harness of ``digest`` among a run's ledger records (a variant's version or a candidate's build)."""
-    known: dict[str, tuple[HarnessConfig, str]] = {}
+def harness_on_ledger(records: Sequence[Any], digest: str, *, candidate: str = "",
+                      variant: str = "") -> tuple[HarnessConfig, str] | None:
+    """The harness of ``digest`` among a run's ledger records (a variant's version or a candidate's build).
+
+    Several ledger entries can build the same harness (two candidates with the same edits, a
+    candidate equal to a shipped version): the round's own ``candidate`` and ``variant``, when
+    given, pick the entry that names it, so the label says what the round ran.
+    """
+    versions: list[tuple[str, str, HarnessConfig, str]] = []  # (digest, variant, harness, label)
     for r in records:
         if isinstance(r, LedgerOpened):
-            known.setdefault(r.digest, (HarnessConfig.from_dict(r.harness), f"variant {r.variant}, initial"))
+            versions.append((r.digest, r.variant, HarnessConfig.from_dict(r.harness), f"variant {r.variant}, initial"))
         elif isinstance(r, HarnessShipped):
-            known.setdefault(r.digest_after, (HarnessConfig.from_dict(r.harness),
-                                              f"variant {r.variant}, shipped in round {r.round}"))
+            versions.append((r.digest_after, r.variant, HarnessConfig.from_dict(r.harness),
+                             f"variant {r.variant}, shipped in round {r.round}"))
         elif isinstance(r, VariantForked):
-            known.setdefault(r.digest, (HarnessConfig.from_dict(r.harness),
-                                        f"variant {r.variant}, forked in round {r.round}"))
-    if digest in known:
-        return known[digest]
-    proposals = {r.candidate: r for r in records if isinstance(r, CandidateProposed)}
-    for r in records:
-        if isinstance(r, CandidateProposed | CandidateRevised) and r.digest == digest:
+            versions.append((r.digest, r.variant, HarnessConfig.from_dict(r.harness),
+                             f"variant {r.variant}, forked in round {r.round}"))
+    known: dict[str, tuple[HarnessConfig, str]] = {}
+    for d, _, config, label in versions:
+        known.setdefault(d, (config, label))
+
+    def candidate_build(only: str) -> tuple[HarnessConfig, str] | None:
+        proposals = {r.candidate: r for r in records if isinstance(r, CandidateProposed)}
+        for r in records:
+            if (not isinstance(r, CandidateProposed | CandidateRevised) or r.digest != digest
+                    or (only and r.candidate != only)):
+                continue
             proposal = proposals.get(r.candidate)
             base = known.get(proposal.base_digest) if proposal is not None else None
             if base is None:
@@ -87,7 +98,16 @@ def harness_on_ledger(records: Sequence[Any], digest: str) -> tuple[HarnessConfi
                 continue
             if built.digest == digest:
                 return built, f"candidate {r.candidate} of round {r.round} on {base[1]}"
-    return None
+        return None
+
+    if candidate and (own := candidate_build(candidate)) is not None:
+        return own
+    mine = [(config, label) for d, v, config, label in versions if d == digest and v == variant]
+    if variant and mine:
+        return mine[0]
+    if digest in known:
+        return known[digest]
+    return candidate_build("")
 
 
 def harness_of_source(source: str) -> HarnessConfig | None:
@@ -112,7 +132,8 @@ async def round_harness(conn: Connection, logged: LoggedRound, ledger: Sequence[
     if ledger is not None:
         if plugin_dir is not None:
             await restore_plugins(CodeStore(conn.log, plugin_dir), ledger)
-        found = harness_on_ledger(ledger, digest)
+        found = harness_on_ledger(ledger, digest, candidate=logged.started.candidate,
+                                  variant=logged.started.variant)
         if found is None:
             raise HarnessMissing(f"{where}, which the run's ledger does not hold; pass --harness FILE to replay "
                                  "under a harness of your own")
@@ -172,6 +193,8 @@ class ReplayReport:
     harness_note: str
     env: Env
     seconds: float
+    what: str = ""
+    """What the trace round was ("trace round 11: gate rollouts of candidate C-R1-03 on v0, evolution round 1")."""
     divergence: Divergence | None = None
     diverged: int = 0
     """Attempts that diverged."""
@@ -235,7 +258,7 @@ async def replay_round(conn: Connection, run_id: str, round: int, *, task: str |
         note = (f"{harness.digest[:19]} from --harness, instead of the logged {header.harness_digest[:19]}"
                 if harness.digest != header.harness_digest else f"{harness.digest[:19]} from --harness, as logged")
     max_steps = header.max_steps(ledger)
-    report = ReplayReport(run_id, round, 0, 0, note, env, 0.0)
+    report = ReplayReport(run_id, round, 0, 0, note, env, 0.0, what=describe_round(round, header.started))
     benches = open_benchmarks([task] if task is not None else header.started.task_ids) if env == "live" else {}
     queue: asyncio.Queue[tuple[tuple[str, int], list[Record]] | None] = asyncio.Queue(maxsize=2 * concurrency)
 

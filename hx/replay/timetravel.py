@@ -14,6 +14,8 @@ hx's own: the rounds of a run on the log, a round -> position mapping, and the `
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from nats.js.errors import NotFoundError
@@ -64,6 +66,26 @@ def parse_as_of(text: str) -> AsOf:
     if seq < 1:
         raise TimeTravelError("a stream sequence starts at 1")
     return AsOf(seq=seq)
+
+
+async def read_decoded(log: EventLog, stream: str, subjects: Sequence[str], types: Iterable[str] = (), *,
+                       what: str) -> AsyncIterator[Record]:
+    """``log.read`` that fails on a message this hx cannot decode (another schema version) instead of skipping it.
+
+    ``EventLog`` quarantines such a message and reads on; time travel must not present a
+    partial log as the whole (a diff of "identical" steps, no regression), so ``what`` (the
+    thing being read) is named in a ``TimeTravelError`` with the message's subject and sequence.
+    """
+    skipped = log.quarantine.count
+    async with aclosing(log.read(stream, subjects=subjects, types=types)) as records:
+        async for r in records:
+            if log.quarantine.count > skipped:
+                break
+            yield r
+    if log.quarantine.count > skipped:
+        bad = log.quarantine.records[-1]
+        raise TimeTravelError(f"{what}: this hx cannot decode {bad.stream} message {bad.seq} on {bad.subject} "
+                              f"({bad.type or 'no type'}: {bad.reason}); it would read part of the log")
 
 
 # --- a run's rounds on the log ----------------------------------------------------------------
@@ -151,10 +173,10 @@ class RunMarks:
 
 async def run_marks(log: EventLog, run: str) -> RunMarks:
     """Read a run's ledger and its round-level trace events (two subject-filtered reads)."""
-    ledger = [r async for r in log.read(LEDGER.name, subjects=[ledger_filter(run)])]
+    ledger = [r async for r in read_decoded(log, LEDGER.name, [ledger_filter(run)], what=f"the ledger of run {run!r}")]
     trace: dict[int, TraceRound] = {}
-    async for r in log.read(TRACE.name, subjects=[round_level_filter(run)],
-                            types=[RoundStarted.TYPE, RoundFinished.TYPE]):
+    async for r in read_decoded(log, TRACE.name, [round_level_filter(run)], [RoundStarted.TYPE, RoundFinished.TYPE],
+                                what=f"the trace of run {run!r}"):
         ev = r.event
         if isinstance(ev, RoundStarted) and ev.round not in trace:
             trace[ev.round] = TraceRound(ev, r.seq, r.time_ns)
@@ -242,8 +264,8 @@ async def run_at(log: EventLog, run: str, as_of: AsOf) -> RunAt:
     mains = {t.number: t.started.stage_round for t in marks.trace.values() if t.started.purpose == "main"
              and t.started.split != "heldout" and t.time_ns <= cut_time}
     if mains:
-        async for r in log.read(TRACE.name, subjects=[trace_filter(run, n) for n in sorted(mains)],
-                                types=[AttemptFinished.TYPE]):
+        async for r in read_decoded(log, TRACE.name, [trace_filter(run, n) for n in sorted(mains)],
+                                    [AttemptFinished.TYPE], what=f"the attempts of run {run!r}"):
             if r.time_ns <= cut_time:
                 history.apply(r)
     tasks: dict[str, TaskAt] = {}

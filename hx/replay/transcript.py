@@ -14,11 +14,12 @@ from collections.abc import Iterable
 import msgspec
 from nats.js import JetStreamContext
 
+from hx.replay.logged import stage_rounds
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.history import resolve_async
 from schemas.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, HookRecord, ProcessorTriggered, TaskStart
-from schemas.lifecycle import AttemptFinished, AttemptStarted
+from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundStarted
 from schemas.messages import Message, ToolCall, ToolResult, Usage
 from schemas.model import ModelError, ModelResponse
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned, VerifierScore
@@ -90,6 +91,8 @@ class Transcript(msgspec.Struct):
     """Every round in which the task was attempted."""
     attempts: tuple[int, ...] = ()
     """Every attempt of the task in this round."""
+    started: RoundStarted | None = None
+    """The trace round's ``round.started``: what it was (purpose, variant, candidate, evolution round)."""
     harness_digest: str = ""
     model: str = ""
     instruction: str = ""
@@ -149,14 +152,39 @@ async def locate(log: EventLog, run: str, task: str, round: int | None = None,
     return chosen, number, rounds, attempts
 
 
+async def stage_round(log: EventLog, run: str, task: str, stage: int) -> int:
+    """The main trace round of evolution round ``stage`` in which ``task`` was attempted."""
+    mains = await stage_rounds(log, run, stage)
+    found = [a.round for a in await _subjects(log.js, trace_filter(run, None, task, None))
+             if a.run == run and a.task == task and a.round is not None]
+    with_task = [s for s in mains if s.round in found]
+    if len(with_task) == 1:
+        return with_task[0].round
+    named = _listed(f"{s.round} ({s.variant or 'main'})" for s in (with_task or mains))
+    if not with_task:
+        raise TraceNotFound(f"task {task!r} of run {run!r} has no attempt in the main rollouts of evolution round "
+                            f"{stage} (trace rounds {named})")
+    raise TraceNotFound(f"task {task!r} was attempted in several main rollouts of evolution round {stage}, "
+                        f"one per variant: pass --round with one of trace rounds {named}")
+
+
 async def read_transcript(log: EventLog, run: str, task: str, round: int | None = None,
-                          attempt: int | None = None) -> Transcript:
-    """The transcript of one attempt, read from its own subject only, conversations resolved."""
+                          attempt: int | None = None, *, stage: int | None = None) -> Transcript:
+    """The transcript of one attempt, read from its own subject only, conversations resolved.
+
+    ``stage`` picks the main trace round of that evolution round instead of ``round``.
+    """
+    if stage is not None:
+        round = await stage_round(log, run, task, stage)
     chosen, number, rounds, attempts = await locate(log, run, task, round, attempt)
     subject = trace_subject(run, chosen, task, number)
     records = [r async for r in resolve_async(log.read(TRACE.name, subjects=[subject]))]
     transcript = build(records, run, chosen, task, number)
     transcript.rounds, transcript.attempts = rounds, attempts
+    # the round's level subject holds little besides its round.started: what the round was
+    async for record in log.read(TRACE.name, subjects=[trace_subject(run, chosen)], types=[RoundStarted.TYPE]):
+        if isinstance(record.event, RoundStarted) and transcript.started is None:
+            transcript.started = record.event
     return transcript
 
 
