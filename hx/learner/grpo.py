@@ -131,7 +131,7 @@ def grpo_loss(logp: Array, entropy: Array, batch: Mapping[str, ArrayLike],
     valid = jnp.asarray(batch["mask"]) > 0
     mask = valid.astype(logp.dtype)
     # Padded units may hold any value, non-finite ones too: mask them out with `where` before any
-    # arithmetic, so neither the loss nor its gradient sees them (zero times a non-finite value is not zero).
+    # other operation, so neither the loss nor its gradient sees them (zero times a non-finite value is not zero).
     logp = jnp.where(valid, logp, 0.0)
     entropy = jnp.where(valid, entropy, 0.0)
     old = jnp.where(valid, jnp.asarray(batch["old_lp"]), 0.0)
