@@ -44,7 +44,8 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
              rounds: int) -> tuple[dict[str, Any], float]:
     """One ``hx coevolve`` run; its JSON report and wall time."""
     cmd = [sys.executable, "-m", "hx", "--data-dir", str(data), "coevolve", "--mode", mode, "--json",
-           "--tasks", str(args.tasks), "--heldout-tasks", str(args.heldout_tasks), "--rounds", str(rounds),
+           "--tasks", str(args.tasks), "--heldout-tasks", str(args.heldout_tasks),
+           "--heldout-split", args.heldout_split, "--rounds", str(rounds),
            "--attempts", "2", "--max-steps", str(args.max_steps), "--concurrency", str(args.concurrency),
            "--seed", str(seed), "--learner-seed", str(seed), "--lr", str(args.lr),
            "--epochs", str(args.epochs), "--window", str(args.window),
@@ -69,8 +70,9 @@ def heldout(report: dict[str, Any], which: str) -> dict[str, float]:
 
 
 def rollouts(report: dict[str, Any]) -> int:
-    """Attempts the run's rounds spent."""
-    return sum(row["rollouts"] for row in report["rounds"])
+    """Attempts the run spent: its rounds' and the policy gate's."""
+    gates = sum(u["rollouts"] for u in report.get("learner", []) if "adopted" in u)
+    return sum(row["rollouts"] for row in report["rounds"]) + gates
 
 
 Comparison = dict[str, tuple[float | None, ...]]
@@ -89,8 +91,11 @@ def compare(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison
     lines = [f"budget {budget:,} attempts per mode"]
     for name, report, seconds in (("harness", harness, t_h), ("model", model, t_m), ("both", both, t_b)):
         updates = [u for u in report.get("learner", []) if "version" in u]
+        gates = [u for u in report.get("learner", []) if "adopted" in u]
+        adopted, spent = sum(g["adopted"] for g in gates), sum(g["rollouts"] for g in gates)
+        gated = f" ({adopted} adopted by the policy gate, {spent:,} gate attempts)" if gates else ""
         lines.append(f"{name:8} rounds {len(report['rounds'])}, rollouts {rollouts(report):,}, learner updates "
-                     f"{len(updates)}, {seconds:.0f}s")
+                     f"{len(updates)}{gated}, {seconds:.0f}s")
     return table, lines
 
 
@@ -128,6 +133,8 @@ def main() -> None:
     parser.add_argument("--games", nargs="+", default=list(GAMES))
     parser.add_argument("--tasks", type=int, default=20, help="adaptation tasks per game")
     parser.add_argument("--heldout-tasks", type=int, default=30, help="held-out tasks per game")
+    parser.add_argument("--heldout-split", choices=("test", "train"), default="test",
+                        help="train: judge on a validation split, to try a setting without the test tasks")
     parser.add_argument("--rounds", type=int, default=4, help="rounds of the harness-only run (sets the budget)")
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=4)
@@ -148,7 +155,7 @@ def main() -> None:
                 results[seed] = future.result()
             except SystemExit as exc:  # one seed's failed run: the other seeds' figures still count
                 failed[seed] = str(exc)
-    held = f"{args.heldout_tasks} test tasks per game, k=2"
+    held = f"{args.heldout_tasks} {args.heldout_split} tasks per game, k=2"
     for seed, (table, lines) in results.items():
         print_table(f"seed {seed}: held-out pass@2 ({held}), {lines[0]}", table)
         print("\n".join(lines[1:]), end="\n\n")

@@ -77,3 +77,32 @@ class UpdateSkipped(LearnerPass, frozen=True, kw_only=True):
 
     reason: str
     """``no_usable_group`` (every group had one reward, or no sample could be scored) or ``non_finite``."""
+
+
+class PolicyGated(Event, frozen=True, kw_only=True):
+    """The policy gate's verdict on a new policy: adopted for the next rollouts, or rejected for losing solved tasks.
+
+    Co-evolution runs it after a learner pass, as AEGIS gates an edit: the new policy plays
+    the tasks the round solved in every attempt, under the harness the next round uses, on
+    the main rollouts' seeds (a loss retried on fresh seeds). A rejected policy stays in the
+    object store, but the rollouts and the learner's next pass go on from ``parent``.
+    """
+
+    TYPE = "learn.policy_gated"
+
+    run_id: str
+    learner: str = "default"
+    through_round: int
+    """The learner pass's round (its ``PolicyUpdated.through_round``)."""
+    candidate: str
+    """The policy version judged."""
+    parent: str
+    """The policy it would replace: what the rollouts keep when it is rejected."""
+    adopted: bool
+    solved: int = 0
+    """Tasks it was judged on: those the round solved in every attempt (every live variant's)."""
+    lost: tuple[str, ...] = ()
+    """Solved tasks it failed in every attempt and retry."""
+    rollouts: int = 0
+    """Attempts the gate ran (counted in a co-evolution's rollout budget)."""
+    trace_rounds: tuple[int, ...] = ()

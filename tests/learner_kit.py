@@ -14,6 +14,8 @@ from flax import nnx
 
 from hx.bench.registry import Benchmark, TaskId
 from hx.learner.policy import Policy, Sample
+from hx.learner.scorer import ChoiceScorer, ScorerPolicy
+from hx.learner.scorer import _ids as scorer_ids
 from hx.learner.trainer import learn_subject
 from hx.runtime.task import Task, Tool
 from schemas.envelope import Record
@@ -43,6 +45,28 @@ def perturbed(policy: Policy, seed: int = 1, scale: float = 0.1) -> Policy:
         if isinstance(node, nnx.Param):
             value = np.asarray(node[...])
             node[...] = jnp.asarray(value + scale * rng.standard_normal(value.shape).astype(value.dtype))
+    return policy
+
+
+def avoiding(policy: Policy, word: str) -> Policy:
+    """``policy`` (a scorer) set, in place, to never pick an option with ``word`` in it: a policy that forgot a skill.
+
+    Only ``word``'s embedding is non-zero (200 on its first axis: 100 pooled over a two-word option), one option
+    unit reads that axis and the prior scores the unit at -0.5: such an option scores -50 (probability ~e^-50),
+    every other option 0 (uniform among them).
+    """
+    assert isinstance(policy, ScorerPolicy)
+    model: ChoiceScorer = policy.model  # type: ignore[assignment]
+    embedding = np.zeros(model.embed.embedding.shape, np.float32)
+    (row,) = scorer_ids([word], policy.config["vocab"])
+    embedding[row, 0] = 200.0
+    model.embed.embedding[...] = jnp.asarray(embedding)
+    kernel = np.zeros(model.option.kernel.shape, np.float32)
+    kernel[0, 0] = 1.0
+    model.option.kernel[...] = jnp.asarray(kernel)  # its bias starts at zero
+    prior = np.zeros(model.prior.kernel.shape, np.float32)
+    prior[0, 0] = -0.5
+    model.prior.kernel[...] = jnp.asarray(prior)
     return policy
 
 

@@ -21,11 +21,12 @@ import msgspec
 import pytest
 import toyworld  # noqa: F401 - registers the toyworld benchmark with the in-process command
 from hx_cli import error_line, hx, ok
-from learner_kit import expected_pass, learn_records, model_turns, perturbed
+from learner_kit import avoiding, expected_pass, finished, learn_records, model_turns, perturbed, trace
 from toybench import ToyBench, ids
 
 from hx.aegis.loop import Evolution
-from hx.bench.rollout import Rollout, RolloutSettings, SplitRole
+from hx.aegis.trials import RETRIES, RETRY_BASE, Trials
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, SplitRole, Splits
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint
 from hx.learner.grpo import GRPOConfig
@@ -35,7 +36,8 @@ from hx.learner.trainer import Learner, LearnerSettings, learn_subject
 from hx.runtime.models import ModelConfig
 from projections.replay_buffer import trajectories
 from schemas.errors import HxError
-from schemas.learn import PolicyInitialised, PolicyUpdated, UpdateSkipped
+from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateSkipped
+from schemas.lifecycle import RoundStarted
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.log import EventLog
@@ -75,6 +77,12 @@ def on_log(url: str, work: Callable[[EventLog], Awaitable[T]]) -> T:
         async with connect(NatsSettings(url=url)) as conn:
             return await work(conn.log)
     return asyncio.run(main())
+
+
+async def forgetful(log: EventLog) -> str:
+    """The version of a stored scorer that never takes anything: it loses every task that needs a ``take``."""
+    version, _ = await checkpoint.store(log, avoiding(checkpoint.create("scorer", SMALL.config), "take"))
+    return version
 
 
 def updates(records: list[Any]) -> list[PolicyUpdated | UpdateSkipped]:
@@ -222,6 +230,78 @@ async def test_a_restarted_learner_resumes_and_its_checkpoints_serve_the_next_ro
     assert (resumed.samples, resumed.groups_used) == (expected.samples, expected.groups_used)
     assert updates(await learn_records(log, RUN)) == [trained, resumed]
     assert await checkpoint.stored(log, resumed.version)
+
+
+async def test_a_rejected_policy_gives_way_to_its_parent_for_the_rollouts_and_the_next_pass(log: EventLog) -> None:
+    await play(log, 0)
+    learner = Learner(log, RUN, SMALL)
+    initial = (await learner.open()).initial
+    trained = await learner.update()
+    assert isinstance(trained, PolicyUpdated) and learner.position.ungated == trained
+    verdict = PolicyGated(run_id=RUN, through_round=0, candidate=trained.version, parent=initial, adopted=False,
+                          solved=2, lost=(TASKS[0],), rollouts=9)
+    with pytest.raises(PolicyError, match="does not follow the pass"):  # a verdict on some other policy
+        await learner.gated(msgspec.structs.replace(verdict, parent=trained.version))
+    await learner.gated(verdict)
+    assert learner.position.version == initial and learner.position.ungated is None
+    assert learner.policy is not None and checkpoint.version(learner.policy) == initial  # and trains from it
+    with pytest.raises(PolicyError, match="does not follow the pass"):  # judged once
+        await learner.gated(verdict)
+
+    restarted = Learner(log, RUN, SMALL)
+    pos = await restarted.open()  # the verdict is folded: the parent is the policy again
+    assert (pos.version, pos.ungated, pos.updates) == (initial, None, [trained, verdict])
+    await play(log, 1, spec=f"policy:{pos.version}")
+    again = await restarted.update()
+    assert isinstance(again, PolicyUpdated) and again.parent == initial and again.through_round == 1
+    assert await learn_records(log, RUN) == [await first_record(log), trained, verdict, again]
+
+
+async def first_record(log: EventLog) -> Any:
+    """The learner's ``PolicyInitialised``."""
+    return (await learn_records(log, RUN))[0]
+
+
+async def test_the_policy_gate_replays_solved_tasks_on_their_seeds_and_retries_what_it_loses(log: EventLog) -> None:
+    await play(log, 0)  # random: plays every attempt; the gate stops a task at its first pass
+    first_pass: dict[str, int] = {}
+    for f in sorted(await finished(log, RUN), key=lambda f: f.attempt):
+        if f.passed:
+            first_pass.setdefault(f.task_id, f.attempt)
+    solved = sorted(first_pass)
+    assert solved
+    trials = Trials(log, RUN, [ToyBench()], ModelConfig(main="random:"), SETTINGS, Splits.of(TASKS, HELDOUT),
+                    next_round=1)
+    lost, rounds = await trials.kept(HarnessConfig(), "v0", solved, ModelConfig(main="random:"), candidate="same")
+    # the same policy on the same seeds passes each task again at the attempt that first solved it
+    assert lost == [] and trials.rollouts == sum(a + 1 for a in first_pass.values())
+    assert list(rounds) == list(range(1, 2 + max(first_pass.values())))
+
+    bad = await forgetful(log)
+    trials.rollouts = 0
+    lost, rounds = await trials.kept(HarnessConfig(), "v0", solved, ModelConfig(main=f"policy:{bad}"),
+                                     candidate="forgetful")
+    waves = SETTINGS.attempts * (1 + RETRIES)
+    assert lost == solved and len(rounds) == waves and trials.rollouts == waves * len(solved)
+    started = {r.event.round: r.event for r in await trace(log, RUN) if isinstance(r.event, RoundStarted)}
+    labels = [(started[r].purpose, started[r].candidate, started[r].first_attempt) for r in rounds]
+    firsts = [*range(SETTINGS.attempts), *(RETRY_BASE + w for w in range(RETRIES * SETTINGS.attempts))]
+    assert labels == [("policy_gate", "forgetful", a) for a in firsts]  # paired seeds first, then fresh ones
+
+
+async def test_gate_rollouts_of_the_round_trained_through_are_not_a_new_round(log: EventLog) -> None:
+    rollout = Rollout(ToyBench(), ModelConfig(main="random:"), HarnessConfig(), log=log, settings=SETTINGS)
+    await rollout.start(RUN)
+    for number, purpose, stage in ((0, "main", 0), (1, "gate", 0)):
+        await rollout.run_round(RUN, number, TASKS, label=RoundLabel(purpose=purpose, stage_round=stage))
+    learner = Learner(log, RUN, SMALL)
+    await learner.open()
+    assert isinstance(await learner.update(), PolicyUpdated)
+    await rollout.run_round(RUN, 2, TASKS[:1], label=RoundLabel(purpose="policy_gate", stage_round=0))
+    assert await learner.update() is None  # more of evolution round 0: not a round to train on again
+    await rollout.run_round(RUN, 3, TASKS, label=RoundLabel(purpose="main", stage_round=1))
+    again = await learner.update()
+    assert isinstance(again, PolicyUpdated) and again.through_round == 3
 
 
 @pytest.mark.slow
@@ -413,13 +493,14 @@ async def test_a_killed_follower_restarts_without_training_a_round_twice(
 # --- hx coevolve ---------------------------------------------------------------------------------------------
 
 
-def coevolve(url: str, data: Path, mode: str) -> dict[str, Any]:
+def coevolve(url: str, data: Path, mode: str, *more: str, run_id: str = "") -> dict[str, Any]:
     """A tiny ``hx coevolve`` on the toy world in ``mode``; its JSON report, its held-out figures checked."""
+    run_id = run_id or f"co-{mode}"
     result = ok(hx("--nats-url", url, "--data-dir", str(data), "coevolve", "--mode", mode, "--bench", "toyworld:rooms",
                    "--tasks", "4", "--heldout-tasks", "2", "--rounds", "2", "--max-steps", "30", "--concurrency",
-                   "2", "--run-id", f"co-{mode}", "--json"))
+                   "2", "--run-id", run_id, "--json", *more))
     report: dict[str, Any] = json.loads(result.stdout)
-    assert report["run_id"] == f"co-{mode}" and report["status"] in ("completed", "patience")
+    assert report["run_id"] == run_id and report["status"] in ("completed", "patience")
     for held in (report["heldout_before"], report["heldout_after"]):
         [game] = held["games"]
         assert game["game"] == "toyworld:rooms" and game["tasks"] == 2 and 0 <= game["pass_at_2"] <= 1
@@ -427,22 +508,78 @@ def coevolve(url: str, data: Path, mode: str) -> dict[str, Any]:
     return report
 
 
+def passes(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The learner passes of a report (its ``learner`` list also holds the policy gate's verdicts)."""
+    return [u for u in report["learner"] if "adopted" not in u]
+
+
+def main_turns(url: str, run_id: str, gates: list[PolicyGated]) -> list[Any]:
+    """The run's model turns outside the policy gate's rollouts."""
+    gated = {r for g in gates for r in g.trace_rounds}
+    return [t for t in on_log(url, lambda log: model_turns(log, run_id)) if t.round not in gated]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["both", "model"])
-def test_hx_coevolve_trains_the_policy_and_reports_it(nats_url: str, tmp_path: Path, mode: str) -> None:
-    report = coevolve(nats_url, tmp_path, mode)
+@pytest.mark.parametrize(("mode", "gate"), [("both", True), ("model", False)])
+def test_hx_coevolve_trains_the_policy_and_reports_it(nats_url: str, tmp_path: Path, mode: str, gate: bool) -> None:
+    report = coevolve(nats_url, tmp_path, mode, *(["--policy-gate"] if gate else []))
     logged = on_log(nats_url, lambda log: learn_records(log, f"co-{mode}"))
     [init] = [r for r in logged if isinstance(r, PolicyInitialised)]
-    assert report["learner"] == [as_json(r) for r in updates(logged)]
+    assert report["learner"] == [as_json(r) for r in logged if r is not init]
     trained = [r for r in updates(logged) if isinstance(r, PolicyUpdated)]
-    assert trained and report["policy"] == trained[-1].version
-    assert [r.parent for r in trained] == [init.version, *(r.version for r in trained[:-1])]
-    assert len({r["through_round"] for r in report["learner"]}) == len(report["learner"])
+    gates = [r for r in logged if isinstance(r, PolicyGated)]
+    assert trained and len({r.through_round for r in updates(logged)}) == len(updates(logged))
+    if gate:  # every new policy is judged right after its pass, before any other rollout
+        assert [(g.candidate, g.parent) for g in gates] == [(r.version, r.parent) for r in trained]
+        assert all(logged[logged.index(r) + 1] == g for r, g in zip(trained, gates, strict=True))
+        assert all(g.adopted == (not g.lost) and g.rollouts >= g.solved for g in gates)
+        assert report["policy"] == next((g.candidate for g in reversed(gates) if g.adopted), init.version)
+    else:
+        assert not gates and report["policy"] == trained[-1].version
+    # Each pass starts from the policy the rollouts used: the last one adopted (every new one, ungated).
+    current = init.version
+    adopted = {init.version}
+    for r in logged[1:]:
+        if isinstance(r, PolicyUpdated):
+            assert r.parent == current
+            current = r.version if not gate else current
+        elif isinstance(r, PolicyGated) and r.adopted:
+            current = r.candidate
+        adopted.add(current)
     # Each round's rollouts used the learner's policy of the moment; the last held-out ones, the final policy.
-    served = {t.response.model_version for t in on_log(nats_url, lambda log: model_turns(log, f"co-{mode}"))}
-    assert served <= {init.version, *(r.version for r in trained)} and report["policy"] in served
+    served = {t.response.model_version for t in main_turns(nats_url, f"co-{mode}", gates)}
+    assert served <= adopted and report["policy"] in served
     if mode == "model":  # a frozen harness: nothing is ever shipped
         assert all(not row["shipped"] for row in report["rounds"])
+
+
+@pytest.mark.slow
+def test_a_policy_that_loses_solved_tasks_is_rejected_and_its_parent_plays_on(
+        nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = on_log(nats_url, forgetful)
+    real = Trials.kept
+
+    async def forgetting(self: Trials, harness: HarnessConfig, variant: str, tasks: Any, models: ModelConfig,
+                         candidate: str) -> Any:
+        # the gate judges a policy that forgot how to take the coin in place of the pass's own
+        return await real(self, harness, variant, tasks, msgspec.structs.replace(models, main=f"policy:{bad}"),
+                          candidate)
+
+    monkeypatch.setattr(Trials, "kept", forgetting)
+    # model mode: the starter harness throughout (a shipped processor could take the coin for the policy)
+    report = coevolve(nats_url, tmp_path, "model", "--rounds", "3", "--policy-gate", run_id="co-forget")
+    logged = on_log(nats_url, lambda log: learn_records(log, "co-forget"))
+    init = logged[0]
+    assert isinstance(init, PolicyInitialised)
+    gates = [r for r in logged if isinstance(r, PolicyGated)]
+    trained = [r for r in logged if isinstance(r, PolicyUpdated)]
+    assert gates and all(not g.adopted and g.lost and len(g.lost) == g.solved for g in gates if g.solved)
+    assert all(r.parent == init.version for r in trained)  # each pass starts again from the kept policy
+    assert report["policy"] == init.version
+    assert {t.response.model_version for t in main_turns(nats_url, "co-forget", gates)} == {init.version}
+    spent = sum(row["rollouts"] for row in report["rounds"]) + sum(g.rollouts for g in gates)
+    assert sum(g.rollouts for g in gates) >= sum(g.solved for g in gates) * 2 * (1 + RETRIES) > 0
+    assert spent > sum(row["rollouts"] for row in report["rounds"])
 
 
 @pytest.mark.slow
@@ -463,7 +600,7 @@ def test_hx_coevolve_stops_when_its_rollout_budget_is_spent(nats_url: str, tmp_p
                    "--budget", "5", "--run-id", "co-budget", "--json"))
     report = json.loads(result.stdout)
     [row] = report["rounds"]  # 8 attempts in round 0 spend the budget of 5: no round 1
-    assert row["rollouts"] == 8 and report["status"] == "completed" and len(report["learner"]) == 1
+    assert row["rollouts"] == 8 and report["status"] == "completed" and len(passes(report)) == 1
     assert report["heldout_after"]["round"] == 0
 
 
@@ -486,7 +623,7 @@ def test_a_coevolution_resumed_after_spending_its_budget_starts_no_new_round(nat
     report = json.loads(ok(hx(*common, "--resume", "co-spent", "--json")).stdout)
     [row] = report["rounds"]  # round 0's 8 attempts spent the budget of 5: the resumed run goes to its held-out
     assert row["rollouts"] == 8 and report["status"] == "completed" and report["heldout_after"]["round"] == 0
-    assert len(report["learner"]) == 1
+    assert len(passes(report)) == 1
 
 
 @pytest.mark.slow
@@ -504,3 +641,28 @@ async def test_the_lm_kind_plays_through_the_provider_and_trains_through_the_lea
     record = await learner.update()
     assert isinstance(record, PolicyUpdated) and record.kind == "lm" and record.samples > 0
     assert "unservable" not in record.skipped and "unit_mismatch" not in record.skipped
+
+
+@pytest.mark.slow
+def test_a_coevolution_stopped_between_a_pass_and_its_verdict_judges_the_pass_when_resumed(
+        nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    common = ("--nats-url", nats_url, "--data-dir", str(tmp_path), "coevolve")
+
+    async def failing(self: Trials, *args: Any, **kwargs: Any) -> Any:
+        raise HxError("the server went away")  # as a lost server would end the run in the policy gate
+
+    monkeypatch.setattr(Trials, "kept", failing)
+    assert "the server went away" in error_line(hx(*common, "--mode", "model", "--bench", "toyworld:rooms", "--tasks",
+                                                   "4", "--heldout-tasks", "2", "--rounds", "3", "--max-steps", "30",
+                                                   "--policy-gate", "--run-id", "co-cut", "--json"))
+    cut = on_log(nats_url, lambda log: learn_records(log, "co-cut"))
+    assert isinstance(cut[-1], PolicyUpdated)  # the pass is recorded, its verdict is not
+    monkeypatch.undo()
+    report = json.loads(ok(hx(*common, "--resume", "co-cut", "--json")).stdout)
+    logged = on_log(nats_url, lambda log: learn_records(log, "co-cut"))
+    verdict = logged[len(cut)]
+    assert logged[:len(cut)] == cut and isinstance(verdict, PolicyGated)
+    assert (verdict.candidate, verdict.through_round) == (cut[-1].version, cut[-1].through_round)
+    # one pass per round: the verdict's rollouts are not a round the resumed learner trains on again
+    through = [r.through_round for r in updates(logged)]
+    assert len(through) == len(set(through)) == len(report["rounds"])

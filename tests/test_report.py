@@ -24,7 +24,7 @@ from hx.harness.config import HarnessConfig
 from hx.report.data import ReportData, learner_records
 from hx.report.figures import BUCKET_COLOURS, figures
 from hx.report.html import page
-from schemas.learn import PolicyUpdated, UpdateSkipped
+from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import HarnessShipped, HeldoutScored, LedgerOpened, RoundDecided, VariantForked
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -73,7 +73,7 @@ def evolved(log: Log) -> str:
 def coevolved(log: Log) -> str:
     """A tiny real co-evolution (harness and policy) of the toy world: learner records on HX_LEARN."""
     ok(hx(*log.hx("coevolve", "--mode", "both", "--bench", "toyworld:rooms", "--tasks", "4", "--heldout-tasks", "2",
-                  "--rounds", "2", "--max-steps", "30", "--concurrency", "2", "--run-id", COEVOLVE)))
+                  "--rounds", "2", "--max-steps", "30", "--concurrency", "2", "--policy-gate", "--run-id", COEVOLVE)))
     return COEVOLVE
 
 
@@ -226,6 +226,11 @@ def test_the_report_of_an_evolution_run(log: Log, evolved: str, tmp_path: Path,
 def test_the_report_of_a_coevolution_run_has_the_learner_curves(log: Log, coevolved: str, tmp_path: Path) -> None:
     data, _, _ = on_log(log.url, coevolved)
     assert data.coevolution and all(isinstance(u, PolicyUpdated | UpdateSkipped) for u in data.learner)
+    gates = [g for g in data.summary.learner if isinstance(g, PolicyGated)]
+    assert gates and len(gates) == sum(isinstance(u, PolicyUpdated) for u in data.learner)  # --policy-gate
+    assert data.rejected == [g.through_round for g in gates if not g.adopted]
+    last = gates[-1]  # the policy the report names is the one the last verdict left in use
+    assert data.summary.policy == (last.candidate if last.adopted else last.parent)
     ok(hx(*log.hx("report", coevolved, "--out", str(tmp_path / "out"))))
     names = [*EVOLVE_FIGURES, "learner"]
     html = check_report(tmp_path / "out", coevolved, names)

@@ -9,25 +9,34 @@ policy. Three modes share that loop and the held-out split:
 - ``model``: the harness stays as it is (a frozen evolver), the learner trains;
 - ``both``: both move.
 
-A rollout budget (attempts, gate rollouts included) ends a run as soon as it is spent, so
-the three modes can be compared on equal rollouts. The learner is the same consumer as
-``hx learn``: resumed, it picks up at its last record.
+With the policy gate on, a new policy is adopted for the rollouts only when it keeps every
+task the round solved in every attempt, as AEGIS's gate never lets an edit lose a solved
+task: it plays them under the harness the next round uses, on the main rollouts' seeds, a
+loss retried on fresh seeds (``Trials.kept``). A rejected policy gives way to its parent, for
+the rollouts and for the learner's next pass. Without it, a policy that forgets a solved
+task would show up in AEGIS's next digest as a regression of the edits shipped in between.
+
+A rollout budget (attempts, harness and policy gate rollouts included) ends a run as soon as
+it is spent, so the three modes can be compared on equal rollouts. The learner is the same
+consumer as ``hx learn``: resumed, it picks up at its last record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
+from hx.aegis.ledger import Ledger
 from hx.aegis.settings import CoevolveMode
+from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
 from hx.learner.trainer import Learner, LearnerSettings
-from schemas.learn import PolicyUpdated, UpdateSkipped
-from schemas.ledger import RoundDecided
-from streams.log import EventLog
+from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
+from schemas.ledger import RoundDecided, RoundDigested
+
+LearnerRecord = PolicyUpdated | UpdateSkipped | PolicyGated
 
 
 class CoevolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -37,6 +46,8 @@ class CoevolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     budget: int = 0
     """Attempts (main, gate and retry rollouts; held-out excluded) after which no new round starts; 0: no budget."""
     learner: LearnerSettings = LearnerSettings()
+    policy_gate: bool = False
+    """Adopt a new policy only when it keeps the tasks the round solved in every attempt (``--policy-gate``)."""
 
 
 @dataclass
@@ -46,16 +57,16 @@ class Coevolution:
     learner: Learner
     trials: Trials
     settings: CoevolveSettings
+    ledger: Ledger
     rollouts: int = 0
-    """Attempts spent by the decided rounds."""
-    on_update: Callable[[PolicyUpdated | UpdateSkipped], None] = field(default=lambda record: None)
+    """Attempts spent by the decided rounds and the policy gate."""
+    on_update: Callable[[LearnerRecord], None] = field(default=lambda record: None)
 
     @classmethod
-    def of(cls, log: EventLog, run_id: str, trials: Trials, settings: CoevolveSettings,
-           decided: Sequence[Any] = ()) -> Coevolution:
-        """The co-evolution of a run; ``decided`` are its ledger records so far (a resumed run's spent budget)."""
-        spent = sum(r.metrics.rollouts for r in decided if isinstance(r, RoundDecided))
-        return cls(Learner(log, run_id, settings.learner), trials, settings, rollouts=spent)
+    def of(cls, ledger: Ledger, trials: Trials, settings: CoevolveSettings) -> Coevolution:
+        """The co-evolution of a run, with the budget its decided rounds spent (a resumed run's)."""
+        spent = sum(r.metrics.rollouts for r in ledger.records if isinstance(r, RoundDecided))
+        return cls(Learner(trials.log, ledger.run_id, settings.learner), trials, settings, ledger, rollouts=spent)
 
     @property
     def version(self) -> str:
@@ -64,9 +75,12 @@ class Coevolution:
 
     async def start(self) -> None:
         """Open the learner (its first policy, or where it stopped), train on anything not yet trained on."""
-        await self.learner.open()
+        position = await self.learner.open()
+        self.rollouts += sum(r.rollouts for r in position.updates if isinstance(r, PolicyGated))
         if self.settings.mode != "harness":
-            await self._update()
+            await self._update()  # a pass cut off before its record, or one a stopped run still owes
+            if self.settings.policy_gate and position.ungated is not None:
+                await self._gate(position.ungated)  # stopped between the pass and its verdict
         self._use()
 
     def _use(self) -> None:
@@ -75,8 +89,43 @@ class Coevolution:
 
     async def _update(self) -> None:
         record = await self.learner.update()
-        if record is not None:
-            self.on_update(record)
+        if record is None:
+            return
+        self.on_update(record)
+        if isinstance(record, PolicyUpdated) and self.settings.policy_gate:
+            await self._gate(record)
+
+    async def _gate(self, update: PolicyUpdated) -> PolicyGated:
+        """Judge the pass's new policy on the tasks the last digested round solved; record the verdict."""
+        records = self.ledger.records
+        digested = next((r for r in reversed(records) if isinstance(r, RoundDigested)), None)
+        state = RunState.of(records)
+        before = self.trials.rollouts
+        lost: list[str] = []
+        rounds: list[int] = []
+        solved = 0
+        if digested is not None:
+            self.trials.stage_round = digested.round
+            models = msgspec.structs.replace(self.trials.models, main=f"policy:{update.version}")
+            for name, variant in sorted(state.live().items()):
+                # Only what the parent solved in every attempt: a near-uniform policy solves many tasks by
+                # luck, and no policy, however good, repeats every lucky draw (the gate would reject all).
+                tasks = [d.task for d in digested.digests if d.variant == name and d.solved and d.passes == d.attempts]
+                if not tasks:
+                    continue
+                solved += len(tasks)
+                gone, trace_rounds = await self.trials.kept(variant.harness, name, tasks, models,
+                                                            candidate=f"policy:{update.version[:12]}")
+                lost += gone
+                rounds += trace_rounds
+        spent = self.trials.rollouts - before
+        self.rollouts += spent
+        verdict = PolicyGated(run_id=update.run_id, learner=update.learner, through_round=update.through_round,
+                              candidate=update.version, parent=update.parent, adopted=not lost, solved=solved,
+                              lost=tuple(lost), rollouts=spent, trace_rounds=tuple(rounds))
+        await self.learner.gated(verdict)
+        self.on_update(verdict)
+        return verdict
 
     async def after_round(self, decision: RoundDecided) -> str:
         """Train on the round (unless the model is frozen); a reason to stop when the budget is spent."""

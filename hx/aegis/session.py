@@ -126,9 +126,17 @@ def report(records: Sequence[Any], seconds: dict[int, float]) -> EvolutionReport
         variants={n: v.harness.digest for n, v in state.live().items()}, routing=dict(state.routing))
 
 
+HELDOUT_SPLITS = ("test", "train")
+"""Where held-out tasks may come from: the test split, or the train split used as a validation split."""
+
+
 def task_lists(benches: Sequence[Benchmark], specs: Sequence[str], adaptation: int,
-               heldout: int) -> tuple[list[str], list[str]]:
-    """The first ``adaptation`` dev tasks and ``heldout`` test tasks of each ``benchmark:game``."""
+               heldout: int, heldout_split: str = "test") -> tuple[list[str], list[str]]:
+    """The first ``adaptation`` dev tasks and ``heldout`` tasks of ``heldout_split`` of each ``benchmark:game``.
+
+    The held-out split is the test split; ``train`` makes it a validation split, for trying a
+    setting out without looking at the test tasks.
+    """
     by_name = {b.name: b for b in benches}
     dev: list[str] = []
     test: list[str] = []
@@ -137,7 +145,7 @@ def task_lists(benches: Sequence[Benchmark], specs: Sequence[str], adaptation: i
         bench = by_name[name]
         for g in [game] if game else bench.default_games():
             dev += [str(t) for t in bench.task_ids(g, "dev", limit=adaptation)]
-            test += [str(t) for t in bench.task_ids(g, "test", limit=heldout)]
+            test += [str(t) for t in bench.task_ids(g, heldout_split, limit=heldout)]
     return dev, test
 
 
@@ -203,7 +211,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
             from hx.aegis.coevolution import Coevolution, CoevolveSettings
 
             settings = msgspec.convert(job.coevolve, CoevolveSettings)
-            coevolution = Coevolution.of(conn.log, job.run_id, trials, settings, ledger.records)
+            coevolution = Coevolution.of(ledger, trials, settings)
             if parts.on_update is not None:
                 coevolution.on_update = parts.on_update
             await coevolution.start()
@@ -268,10 +276,10 @@ async def _finish_trace(conn: Connection, run_id: str, ledger: Ledger) -> None:
 
 
 def new_job(run_id: str, benches: Sequence[Benchmark], specs: Sequence[str], *, tasks: int, heldout_tasks: int,
-            model: str, harness: HarnessConfig, harness_source: str, evolver: str, meta_model: str,
-            rollout: RolloutSettings, settings: EvolveSettings) -> EvolveJob:
+            heldout_split: str = "test", model: str, harness: HarnessConfig, harness_source: str, evolver: str,
+            meta_model: str, rollout: RolloutSettings, settings: EvolveSettings) -> EvolveJob:
     """A fresh job from command-line choices."""
-    dev, test = task_lists(benches, specs, tasks, heldout_tasks)
+    dev, test = task_lists(benches, specs, tasks, heldout_tasks, heldout_split)
     return EvolveJob(run_id=run_id, benches=tuple(specs), adaptation=tuple(dev), heldout=tuple(test), model=model,
                      harness=harness.to_dict(), harness_source=harness_source, evolver=evolver, meta_model=meta_model,
                      attempts=rollout.attempts, concurrency=rollout.concurrency, max_steps=rollout.max_steps,

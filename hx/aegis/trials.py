@@ -141,6 +141,29 @@ class Trials:
                      flips={t: v for t, v in tries.items() if t not in keep}, retries=retries,
                      trace_rounds=tuple(rounds))
 
+    async def kept(self, harness: HarnessConfig, variant: str, tasks: Sequence[str], models: ModelConfig,
+                   candidate: str) -> tuple[list[str], tuple[int, ...]]:
+        """Co-evolution's policy gate: which of ``tasks`` the policy in ``models`` fails to solve again; its rounds.
+
+        One attempt per task and wave, stopping at a task's first pass: first the main
+        rollouts' seeds (attempts ``0 .. k-1``, paired), then ``RETRIES * k`` fresh seeds, as the
+        harness gate retries a loss. What still has no pass after all of them is lost.
+        """
+        lost, rounds = list(tasks), []
+        one = RolloutSettings(attempts=1, concurrency=self.settings.concurrency, max_steps=self.settings.max_steps,
+                              seed=self.settings.seed, timeout_s=self.settings.timeout_s)
+        label = RoundLabel(purpose="policy_gate", variant=variant, candidate=candidate, stage_round=self.stage_round)
+        k = self.settings.attempts
+        for first in [*range(k), *(RETRY_BASE + w for w in range(RETRIES * k))]:
+            if not lost:
+                break
+            trace_round, outcome = await self.run(harness, lost, role="adaptation", settings=one, models=models,
+                                                  label=dataclasses.replace(label, first_attempt=first))
+            rounds.append(trace_round)
+            passed = {r.task_id for r in outcome.results if r.passed}
+            lost = [t for t in lost if t not in passed]
+        return lost, tuple(rounds)
+
     # --- the held-out split --------------------------------------------------------------
 
     async def heldout(self, routes: dict[str, tuple[HarnessConfig, list[str]]]) -> tuple[int, int,

@@ -24,7 +24,7 @@ from hx.aegis.smoke import SandboxCodeCheck
 from hx.cli.learn import describe
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
-from schemas.learn import PolicyUpdated, UpdateSkipped
+from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import CandidateProposed, HeldoutScored, LedgerOpened, RoundDecided
 from streams.connection import Connection
 
@@ -79,8 +79,8 @@ class EvolveProgress:
         games = ", ".join(f"{g.game} {g.pass_at_2:.2f}" for g in scored.games if g.pass_at_2 is not None)
         self.console.print(f"held-out {when}: pass@2 {games}", highlight=False)
 
-    def learner(self, record: PolicyUpdated | UpdateSkipped) -> None:
-        """One learner pass: the new policy and its figures, or why the policy was kept."""
+    def learner(self, record: PolicyUpdated | UpdateSkipped | PolicyGated) -> None:
+        """One learner pass (the new policy and its figures, or why the policy was kept), or a policy gate verdict."""
         self.console.print(f"learner {describe(record)}", highlight=False)
 
     def callbacks(self) -> Progress:

@@ -28,9 +28,12 @@ _NOT_HERE = {"model"}  # the task agent is the trained policy
               help="harness: the policy stays frozen; model: the harness stays frozen; both: both evolve.")
 @click.option("--budget", type=click.IntRange(min=0), default=0, show_default=True,
               help="Attempts (main and gate rollouts) after which no round starts (0: --rounds decides).")
+@click.option("--policy-gate/--no-policy-gate", default=False, show_default=True,
+              help="Adopt a new policy only when it still solves every task the round solved in every attempt "
+                   "(else keep its parent).")
 @learner_options
 @pass_app
-def coevolve_command(app: App, /, mode: str, budget: int, **options: Any) -> None:
+def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, **options: Any) -> None:
     """Co-evolve harness and model: per round, rollouts with the current pair, then AEGIS and a GRPO update.
 
     The held-out tasks are evaluated before the first round and after the last with the
@@ -43,7 +46,8 @@ def coevolve_command(app: App, /, mode: str, budget: int, **options: Any) -> Non
     if mode == "model":
         options["evolver"] = "frozen"
         options["patience"] = options["rounds"]  # a frozen harness never ships: patience must not end the run
-    settings = CoevolveSettings(mode=mode, budget=budget, learner=learner)  # type: ignore[arg-type]
+    settings = CoevolveSettings(mode=mode, budget=budget, learner=learner,  # type: ignore[arg-type]
+                                policy_gate=policy_gate)
     evolve_main(app, model=f"policy:{learner.kind}", coevolve=settings, **options)
 
 

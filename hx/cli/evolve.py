@@ -17,7 +17,7 @@ from rich.table import Table
 
 import hx.bench  # noqa: F401 - registers the benchmark adapters
 from hx.aegis.evolvers import EVOLVERS, make_evolver
-from hx.aegis.session import EvolutionReport, EvolveJob, Parts, new_job, run_evolution
+from hx.aegis.session import HELDOUT_SPLITS, EvolutionReport, EvolveJob, Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings
 from hx.aegis.variants import STRATEGIES
 from hx.bench.results import ResultsClaim
@@ -27,7 +27,7 @@ from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
 from hx.cli.run import choose_harness, new_run_id, select_tasks
 from hx.runtime.models import ModelConfig
 from schemas.errors import HxError
-from schemas.learn import PolicyUpdated
+from schemas.learn import PolicyGated, PolicyUpdated
 
 DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
 
@@ -38,7 +38,11 @@ DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
 @click.option("--tasks", type=click.IntRange(min=1), default=30, show_default=True,
               help="Adaptation tasks per game (the dev split's first N).")
 @click.option("--heldout-tasks", type=click.IntRange(min=1), default=50, show_default=True,
-              help="Held-out tasks per game (the test split's first N), evaluated before and after, never evolved on.")
+              help="Held-out tasks per game (the first N of --heldout-split), evaluated before and after, never "
+                   "evolved on.")
+@click.option("--heldout-split", type=click.Choice(HELDOUT_SPLITS), default="test", show_default=True,
+              help="Where the held-out tasks come from: test, or train as a validation split (to try a setting "
+                   "out without looking at the test tasks).")
 @click.option("--rounds", type=click.IntRange(min=1), default=6, show_default=True, help="T: the most rounds.")
 @click.option("--patience", type=click.IntRange(min=1), default=3, show_default=True,
               help="P: rounds in a row without a ship that end the run.")
@@ -83,10 +87,10 @@ def evolve_command(app: App, /, **options: Any) -> None:
     evolve_main(app, **options)
 
 
-def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks: int, rounds: int, patience: int,
-                alpha: float, candidates: int, strategy: str, max_variants: int, evolver: str, meta_model: str,
-                model: str, harness_path: Path | None, attempts: int, concurrency: int, max_steps: int, seed: int,
-                heldout_every: int, risk_threshold: float, approve: bool, run_id: str | None,
+def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks: int, heldout_split: str, rounds: int,
+                patience: int, alpha: float, candidates: int, strategy: str, max_variants: int, evolver: str,
+                meta_model: str, model: str, harness_path: Path | None, attempts: int, concurrency: int, max_steps: int,
+                seed: int, heldout_every: int, risk_threshold: float, approve: bool, run_id: str | None,
                 resume_id: str | None, as_json: bool, out: Path | None, coevolve: Any = None) -> None:
     """``hx evolve`` (and ``hx coevolve``, with its co-evolution settings): run, report, save."""
     if evolver == "llm" and not meta_model and resume_id is None:
@@ -103,8 +107,8 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
     claim = ResultsClaim(path) if resume_id is None else None
     rollout = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed)
     try:
-        result = run(_evolve(app, run_id, list(benches), tasks, heldout_tasks, model, harness_path, evolver,
-                             meta_model, rollout, settings, approve, resume=resume_id is not None,
+        result = run(_evolve(app, run_id, list(benches), tasks, (heldout_tasks, heldout_split), model, harness_path,
+                             evolver, meta_model, rollout, settings, approve, resume=resume_id is not None,
                              coevolve=coevolve))
     except BaseException:
         if claim is not None:
@@ -127,7 +131,7 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
     click.echo(f"saved {path}", err=as_json)
 
 
-async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout_tasks: int, model: str,
+async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: tuple[int, str], model: str,
                   harness_path: Path | None, evolver_name: str, meta_model: str, rollout: RolloutSettings,
                   settings: EvolveSettings, approve: bool, *, resume: bool,
                   coevolve: Any = None) -> EvolutionReport:
@@ -140,7 +144,8 @@ async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout_t
         try:
             if job is None:
                 harness, source = choose_harness(harness_path, benches)
-                job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout_tasks, model=model,
+                job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout[0], heldout_split=heldout[1],
+                              model=model,
                               harness=harness, harness_source=source, evolver=evolver_name, meta_model=meta_model,
                               rollout=rollout, settings=settings)
                 if coevolve is not None:
@@ -190,6 +195,10 @@ def learner_table(result: EvolutionReport) -> Table:
                           ", ".join(f"{k} {v:,}" for k, v in sorted(u.skipped.items())) or "–", f"{u.loss:.4f}",
                           f"{u.kl:.4f}", f"{u.clip_fraction:.2f}", f"{u.entropy:.2f}", f"{u.grad_norm:.2f}",
                           f"{u.seconds:.1f}")
+        elif isinstance(u, PolicyGated):
+            verdict = "adopted" if u.adopted else f"rejected: lost {len(u.lost)} of"
+            table.add_row(str(u.through_round), f"gate {verdict} {u.solved} solved", f"{u.rollouts} attempts",
+                          *["–"] * 8)
         else:
             table.add_row(str(u.through_round), f"(kept) {u.reason}", "0", f"0/{u.groups_skipped}",
                           ", ".join(f"{k} {v:,}" for k, v in sorted(u.skipped.items())) or "–", *["–"] * 6)

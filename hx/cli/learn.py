@@ -21,7 +21,7 @@ import msgspec
 
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console
 from schemas.errors import HxError
-from schemas.learn import PolicyUpdated, UpdateSkipped
+from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.lifecycle import RoundFinished, RunFinished
 from streams.topology import NO_TOKEN, TRACE, subject_token, trace_subject
 
@@ -75,8 +75,13 @@ def learner_settings(options: dict[str, Any]) -> LearnerSettings:
                            window=options.pop("window"), grpo=grpo)
 
 
-def describe(record: PolicyUpdated | UpdateSkipped) -> str:
+def describe(record: PolicyUpdated | UpdateSkipped | PolicyGated) -> str:
     """One line about a learner record."""
+    if isinstance(record, PolicyGated):
+        lost = f", lost {', '.join(record.lost)}" if record.lost else ""
+        verdict = "adopted" if record.adopted else f"rejected, {record.parent[:12]} kept"
+        return (f"through round {record.through_round}: policy gate {verdict} · {record.candidate[:12]} on "
+                f"{record.solved} solved task(s), {record.rollouts} attempt(s){lost}")
     if isinstance(record, PolicyUpdated):
         skipped = ", ".join(f"{k} {v:,}" for k, v in sorted(record.skipped.items()))
         return (f"through round {record.through_round}: policy {record.version[:12]} · {record.samples:,} samples · "

@@ -35,7 +35,7 @@ from projections.buffer_snapshot import BufferState
 from projections.replay_buffer import ReplayBuffer, groups
 from projections.runner import ProjectionRunner
 from projections.trajectories import Trajectory
-from schemas.learn import PolicyInitialised, PolicyUpdated, UpdateSkipped
+from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateSkipped
 from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
@@ -78,7 +78,14 @@ class Position:
     through_round: int = -1
     seq: int = 0
     """Trace sequence of the last record folded into the update."""
-    updates: list[PolicyUpdated | UpdateSkipped] = field(default_factory=list)
+    updates: list[PolicyUpdated | UpdateSkipped | PolicyGated] = field(default_factory=list)
+    """Every pass's record and every gate verdict, in order."""
+
+    @property
+    def ungated(self) -> PolicyUpdated | None:
+        """The last pass's new policy when no gate has judged it yet (a gated run was stopped in between)."""
+        last = self.updates[-1] if self.updates else None
+        return last if isinstance(last, PolicyUpdated) else None
 
 
 class Learner:
@@ -118,6 +125,9 @@ class Learner:
                 pos.seq = ev.trace_seq
                 if isinstance(ev, PolicyUpdated):
                     pos.version = ev.version
+            elif isinstance(ev, PolicyGated):
+                pos.updates.append(ev)
+                pos.version = ev.candidate if ev.adopted else ev.parent
         if not pos.initial:
             pos.initial = pos.version = await self._initialise()
         self.position = pos
@@ -153,7 +163,8 @@ class Learner:
                                              config=msgspec.to_builtins(s)), "init")
         return ver
 
-    async def _append(self, record: PolicyInitialised | PolicyUpdated | UpdateSkipped, what: str) -> None:
+    async def _append(self, record: PolicyInitialised | PolicyUpdated | UpdateSkipped | PolicyGated,
+                      what: str) -> None:
         """Append a record after this learner's last one: a second learner of the same name is refused, not merged."""
         try:
             done = await self.log.append(self.subject, record, key=f"{self.subject}#{what}",
@@ -183,7 +194,7 @@ class Learner:
         """Train once over the buffer if rounds finished since the last update; its record (None: nothing new)."""
         assert self.policy is not None and self.trainer is not None, "open() first"
         last = await self.catch_up()
-        if last <= self.position.through_round:
+        if not self._news(last):
             return None
         began = time.perf_counter()
         state: BufferState = self.buffer.state
@@ -223,6 +234,32 @@ class Learner:
             self.position.version = record.version
             remember(record.version, checkpoint.from_files(files, "learner"), record.version)
         return record
+
+    def _news(self, last: int) -> bool:
+        """Whether a round finished since the last pass: more trace rounds of the evolution round it trained
+        through (co-evolution's policy gate rollouts) do not count, or a resumed run would train twice on it."""
+        through = self.position.through_round
+        if last <= through:
+            return False
+        state = self.buffer.state
+        slot = state.slots.get(str(through))
+        return slot is None or any(state.slots.get(str(r), r) != slot for r in state.rounds if r > through)
+
+    async def gated(self, verdict: PolicyGated) -> None:
+        """Record the gate's verdict on the last pass's policy; a rejected one gives way to its parent.
+
+        The rollouts and the next pass then go on from the parent, as if the pass had not
+        been taken; its samples stay in the window, so the next pass learns from them again.
+        """
+        pending = self.position.ungated
+        if pending is None or pending.version != verdict.candidate or pending.parent != verdict.parent:
+            raise PolicyError(f"learner {self.settings.learner!r} of run {self.run_id!r}: a gate verdict on "
+                              f"{verdict.candidate[:12]} does not follow the pass that produced it")
+        await self._append(verdict, f"gate-{verdict.through_round}")
+        self.position.updates.append(verdict)
+        if not verdict.adopted:
+            self.position.version = verdict.parent
+            await self._restore(verdict.parent)
 
     async def _restore(self, version: str) -> None:
         self.policy = await checkpoint.fetch(self.log, version)

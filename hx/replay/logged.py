@@ -39,7 +39,8 @@ class NotOnLog(ReplayError):
 # --- trace rounds and evolution rounds ---------------------------------------------------------
 
 _PURPOSES = {"main": "main rollouts", "gate": "gate rollouts", "heldout": "held-out evaluation",
-             "counterfactual": "counterfactual replay", "retry": "retried rollouts"}
+             "counterfactual": "counterfactual replay", "retry": "retried rollouts",
+             "policy_gate": "policy gate rollouts"}
 
 
 def round_purpose(started: RoundStarted) -> str:

@@ -20,7 +20,7 @@ from hx.aegis.export_rounds import carried
 from hx.aegis.session import EvolutionReport, report
 from schemas.errors import HxError
 from schemas.event import Event
-from schemas.learn import PolicyUpdated, UpdateSkipped
+from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import BUCKETS, HarnessShipped, HeldoutScored, LedgerEvent, VariantForked
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
@@ -73,6 +73,8 @@ class ReportData:
     heldout: list[HeldoutScored] = field(default_factory=list)
     """Every held-out evaluation in ledger order (round -1: before the first round)."""
     learner: list[LearnerRecord] = field(default_factory=list)
+    rejected: list[int] = field(default_factory=list)
+    """Passes (by the round they trained through) whose policy the policy gate rejected."""
     ledger_events: int = 0
 
     @classmethod
@@ -82,15 +84,17 @@ class ReportData:
         settings = fold.opened.settings
         summary = report(records, {})
         updates = [r for r in learner if isinstance(r, PolicyUpdated | UpdateSkipped)]
+        gates = [r for r in learner if isinstance(r, PolicyGated)]
         if updates:  # the report folds the ledger only; the learner's passes come from HX_LEARN
-            summary.learner = list(updates)
-            summary.policy = next((u.version for u in reversed(updates) if isinstance(u, PolicyUpdated)), "")
+            summary.learner = [r for r in learner if isinstance(r, PolicyUpdated | UpdateSkipped | PolicyGated)]
+            summary.policy = current_policy(learner)
         rows = {row["round"]: row for row in curves(fold)["rounds"]}
         return cls(run_id=fold.opened.run_id, strategy=fold.opened.strategy,
                    benches=tuple(str(b) for b in settings.get("benches", ())), model=str(settings.get("model", "")),
                    summary=summary, reason=fold.finished.reason if fold.finished else "",
                    rounds=[round_figures(fold, rnd, rows[rnd.round]) for rnd in fold.ordered()],
-                   heldout=list(fold.heldout), learner=updates, ledger_events=len(records))
+                   heldout=list(fold.heldout), learner=updates,
+                   rejected=[g.through_round for g in gates if not g.adopted], ledger_events=len(records))
 
     @property
     def coevolution(self) -> bool:
@@ -128,6 +132,17 @@ def round_figures(fold: RunFold, rnd: RoundRecords, curve: dict[str, Any]) -> Ro
         ships=sum(isinstance(s, HarnessShipped) for s in rnd.ships),
         forks=sum(isinstance(s, VariantForked) for s in rnd.ships), retirements=len(rnd.retired),
         regressions=int(curve["regressions"] or 0), shipped_names=tuple(c for s in rnd.ships for c in carried(s)))
+
+
+def current_policy(learner: Sequence[Event]) -> str:
+    """The policy the rollouts use after these learner records: the last new one, unless the gate rejected it."""
+    version = ""
+    for r in learner:
+        if isinstance(r, PolicyUpdated):
+            version = r.version
+        elif isinstance(r, PolicyGated):
+            version = r.candidate if r.adopted else r.parent
+    return version
 
 
 def learn_filter(run_id: str) -> str:

@@ -248,6 +248,8 @@ def learner(data: ReportData) -> Plot:
                 skipped = [u.through_round for u in updates if not isinstance(u, PolicyUpdated)]
                 for x in skipped:
                     ax.axvline(x, color="#999999", ls=":", lw=1)
+            for x in data.rejected:
+                ax.axvline(x, color="#c0392b", ls="--", lw=1)
             ax.set_title(title, fontsize=10)
             ax.grid(alpha=0.3)
         for ax in axes[1]:
@@ -259,7 +261,8 @@ def learner(data: ReportData) -> Plot:
     caption = ("The learner's passes (co-evolution): GRPO loss, k3 KL to the reference policy, entropy, clip fraction, "
                "trajectory groups used and training samples, per pass, by the last trace round the pass trained "
                "through (trace rounds count every rollout of the run: main rounds, gate evaluations, held-out rounds). "
-               "Dotted vertical lines: passes that kept the policy (nothing to learn from, or a non-finite loss).")
+               "Dotted vertical lines: passes that kept the policy (nothing to learn from, or a non-finite loss); "
+               "dashed red ones: passes whose new policy the policy gate rejected (it lost a solved task).")
     return Plot("learner", "Learner curves", caption, _draw(12.0, 6.0, paint))
 
 
