@@ -125,18 +125,8 @@ class Trials:
         tries = _tries(outcome.results)
         keep = set(solved)
         lost = [t for t in solved if tries[t].passes == 0]
-        retries: dict[str, Tries] = {}
-        one = RolloutSettings(attempts=1, concurrency=self.settings.concurrency, max_steps=self.settings.max_steps,
-                              seed=self.settings.seed, timeout_s=self.settings.timeout_s)
-        for wave in range(RETRIES * self.settings.attempts):
-            if not lost:
-                break
-            first = RETRY_BASE + wave  # fresh seeds: attempt numbers no main rollout uses
-            trace_round, outcome = await self.run(harness, lost, role="adaptation", settings=one,
-                                                  label=dataclasses.replace(label, first_attempt=first))
-            rounds.append(trace_round)
-            retries = _tries(outcome.results, retries)
-            lost = [t for t in lost if retries[t].passes == 0]
+        _, retries, more = await self._until_pass(harness, lost, label, firsts=self._fresh_attempts())
+        rounds += more
         return Fresh(solved={t: v for t, v in tries.items() if t in keep},
                      flips={t: v for t, v in tries.items() if t not in keep}, retries=retries,
                      trace_rounds=tuple(rounds))
@@ -149,20 +139,35 @@ class Trials:
         rollouts' seeds (attempts ``0 .. k-1``, paired), then ``RETRIES * k`` fresh seeds, as the
         harness gate retries a loss. What still has no pass after all of them is lost.
         """
+        label = RoundLabel(purpose="policy_gate", variant=variant, candidate=candidate, stage_round=self.stage_round)
+        firsts = [*range(self.settings.attempts), *self._fresh_attempts()]
+        lost, _, rounds = await self._until_pass(harness, tasks, label, firsts=firsts, models=models)
+        return lost, tuple(rounds)
+
+    def _fresh_attempts(self) -> list[int]:
+        """Attempt numbers of the retries of a loss: ``RETRIES * k`` fresh seeds, numbers no main rollout uses."""
+        return [RETRY_BASE + wave for wave in range(RETRIES * self.settings.attempts)]
+
+    async def _until_pass(self, harness: HarnessConfig, tasks: Sequence[str], label: RoundLabel, *,
+                          firsts: Sequence[int],
+                          models: ModelConfig | None = None) -> tuple[list[str], dict[str, Tries], list[int]]:
+        """One attempt per task and wave (attempt number ``firsts[i]`` in wave ``i``), each task until its first pass.
+
+        What is still unsolved after the last wave, the tries per task, and the trace rounds.
+        """
         lost, rounds = list(tasks), []
+        tries: dict[str, Tries] = {}
         one = RolloutSettings(attempts=1, concurrency=self.settings.concurrency, max_steps=self.settings.max_steps,
                               seed=self.settings.seed, timeout_s=self.settings.timeout_s)
-        label = RoundLabel(purpose="policy_gate", variant=variant, candidate=candidate, stage_round=self.stage_round)
-        k = self.settings.attempts
-        for first in [*range(k), *(RETRY_BASE + w for w in range(RETRIES * k))]:
+        for first in firsts:
             if not lost:
                 break
             trace_round, outcome = await self.run(harness, lost, role="adaptation", settings=one, models=models,
                                                   label=dataclasses.replace(label, first_attempt=first))
             rounds.append(trace_round)
-            passed = {r.task_id for r in outcome.results if r.passed}
-            lost = [t for t in lost if t not in passed]
-        return lost, tuple(rounds)
+            tries = _tries(outcome.results, tries)
+            lost = [t for t in lost if tries[t].passes == 0]
+        return lost, tries, rounds
 
     # --- the held-out split --------------------------------------------------------------
 
