@@ -17,6 +17,7 @@ harness-only), plus each run's rollouts and wall time.
     python bench/coevolution.py                     # coin, mapreader, cookingworld
     python bench/coevolution.py --seeds 0 1 2 --jobs 3 --heldout-tasks 50   # mean over seeds
     python bench/coevolution.py --tasks 10 --heldout-tasks 20 --rounds 3   # quicker
+    python bench/coevolution.py --seeds 0 1 --heldout-split train          # a validation split, not test
 
 With several ``--seeds`` each seed is a comparison of its own (its own log, budget and
 untrained figures; the rollouts, the learner and the evolver seeded by it, on the same tasks),
