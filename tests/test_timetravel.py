@@ -198,8 +198,10 @@ def test_regressions_name_the_task_the_ships_between_and_the_evidence(world: tup
     assert found["ships"][1]["operations"] == [describe(op) for op in kit.EDIT_2]
     assert found["ships"][1]["candidates"][0]["levers"] == ["task_objects"]
     assert [(u["parent"], u["version"]) for u in found["learner_updates"]] == [("policy-0", "policy-1")]
+    assert found["policy_gates"] == [{"candidate": "policy-1", "adopted": False, "lost": [kit.REGRESSED]}]
     text = ok(hx("--nats-url", url, "regressions", kit.RUN, "--round", "1")).stdout
     assert "1 of 4 task(s) regressed" in text and "attach task_objects" in text and "1 update(s) between" in text
+    assert f"policy gate: policy-1 rejected (lost {kit.REGRESSED})" in text
     assert asyncio.run(run_messages(url)) == before  # reading wrote nothing to the run
 
 

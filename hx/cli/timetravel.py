@@ -146,6 +146,7 @@ def regressions_json(found: RoundRegressions) -> dict[str, Any]:
         "policy_before": found.policy_before, "policy_after": found.policy_after,
         "learner_updates": [{"version": u.version, "parent": u.parent, "through_round": u.through_round}
                             for u in found.updates],
+        "policy_gates": [{"candidate": g.candidate, "adopted": g.adopted, "lost": list(g.lost)} for g in found.gates],
     }
 
 
@@ -170,6 +171,9 @@ def _regressions_text(found: RoundRegressions) -> None:
     if found.policy_before != found.policy_after or found.updates:
         click.echo(f"\npolicy: round {found.round - 1} ran {', '.join(found.policy_before) or '-'}; round "
                    f"{found.round} ran {', '.join(found.policy_after) or '-'}; {len(found.updates)} update(s) between")
+    for g in found.gates:
+        lost = f" (lost {', '.join(g.lost)})" if g.lost else ""
+        click.echo(f"  policy gate: {g.candidate[:12]} {'adopted' if g.adopted else 'rejected'}{lost}")
 
 
 def _regression_text(r: dict[str, Any], kind: str) -> None:

@@ -25,7 +25,7 @@ from hx.aegis.operations import describe
 from hx.aegis.planner import regressions as planned_regressions
 from hx.aegis.state import Candidate, RunState
 from hx.replay.timetravel import RunMarks, TimeTravelError, read_decoded, run_marks
-from schemas.learn import PolicyUpdated
+from schemas.learn import PolicyGated, PolicyUpdated
 from schemas.ledger import Anchor, LedgerEvent, TaskDigest
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.model import ModelResponse
@@ -99,6 +99,8 @@ class RoundRegressions:
     policy_after: list[str]
     updates: list[PolicyUpdated]
     """Learner updates between the two rounds' rollouts (co-evolution)."""
+    gates: list[PolicyGated]
+    """The policy gate's verdicts on those updates (``hx coevolve --policy-gate``)."""
 
 
 def ledger_state(marks: RunMarks) -> tuple[list[LedgerEvent], RunState]:
@@ -142,15 +144,22 @@ async def attempts_of(log: EventLog, run: str, trace_rounds: list[int], tasks: l
     return {t: [v for _, v in sorted(by.items())] for t, by in out.items()}
 
 
-async def learner_updates(log: EventLog, run: str, after_trace: int, through_trace: int) -> list[PolicyUpdated]:
-    """Policy updates a run's learners made after trace round ``after_trace`` and before ``through_trace``."""
-    out = []
-    async for r in read_decoded(log, LEARN.name, [f"hx.learn.{subject_token(run)}.*"], [PolicyUpdated.TYPE],
-                                what=f"the learner records of run {run!r}"):
+async def learner_updates(log: EventLog, run: str, after_trace: int,
+                          through_trace: int) -> tuple[list[PolicyUpdated], list[PolicyGated]]:
+    """Policy updates a run's learners made after trace round ``after_trace`` and before ``through_trace``,
+    and the policy gate's verdicts on them."""
+    updates: list[PolicyUpdated] = []
+    gates: list[PolicyGated] = []
+    async for r in read_decoded(log, LEARN.name, [f"hx.learn.{subject_token(run)}.*"],
+                                [PolicyUpdated.TYPE, PolicyGated.TYPE], what=f"the learner records of run {run!r}"):
         ev = r.event
-        if isinstance(ev, PolicyUpdated) and after_trace <= ev.through_round < through_trace:
-            out.append(ev)
-    return out
+        if not (isinstance(ev, PolicyUpdated | PolicyGated) and after_trace <= ev.through_round < through_trace):
+            continue
+        if isinstance(ev, PolicyUpdated):
+            updates.append(ev)
+        else:
+            gates.append(ev)
+    return updates, gates
 
 
 def worsened(before: TaskDigest, after: TaskDigest) -> bool:
@@ -190,7 +199,7 @@ async def round_regressions(log: EventLog, run: str, round: int) -> RoundRegress
     worse = [Regression(d.task, d.variant, before[d.task], d, attempts_before[d.task], attempts_after[d.task],
                         tuple(s.candidate for s in state.ships if s.round == round - 1 and s.variant == d.variant))
              for d in fell]
-    updates = (await learner_updates(log, run, max(trace_before), min(trace_after))
-               if trace_before and trace_after else [])
+    updates, gates = (await learner_updates(log, run, max(trace_before), min(trace_after))
+                      if trace_before and trace_after else ([], []))
     return RoundRegressions(run, round, len(after), regs, worse, ships, _policies(attempts_before),
-                            _policies(attempts_after), updates)
+                            _policies(attempts_after), updates, gates)
