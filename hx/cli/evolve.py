@@ -145,9 +145,8 @@ async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: 
             if job is None:
                 harness, source = choose_harness(harness_path, benches)
                 job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout[0], heldout_split=heldout[1],
-                              model=model,
-                              harness=harness, harness_source=source, evolver=evolver_name, meta_model=meta_model,
-                              rollout=rollout, settings=settings)
+                              model=model, harness=harness, harness_source=source, evolver=evolver_name,
+                              meta_model=meta_model, rollout=rollout, settings=settings)
                 if coevolve is not None:
                     job = msgspec.structs.replace(job, coevolve=msgspec.to_builtins(coevolve))
             console = stderr_console()
