@@ -98,6 +98,22 @@ def test_a_tiny_textworld_evolution_end_to_end(tmp_path: Path) -> None:
     assert (out / "R0").is_dir() and (out / "INDEX.md").read_text().strip()
 
 
+def test_a_validation_split_holds_out_train_tasks_and_says_so(tmp_path: Path) -> None:
+    """``--heldout-split train``: the held-out tasks come from the train split, and the table names it."""
+    common = ("--data-dir", str(tmp_path), "evolve", "--bench", "toyworld:rooms", "--tasks", "4", "--heldout-tasks",
+              "3", "--rounds", "1", "--max-steps", "20", "--heldout-split")
+    usage_error(hx(*common, "dev"), "--heldout-split", "test", "train")  # the adaptation split is never held out
+    result = hx(*common, "train", "--run-id", "cli-validate")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "held-out (train split) pass@2" in result.stdout
+    dump = hx("--data-dir", str(tmp_path), "log", "dump", "--stream", "HX_LEDGER")
+    [opened] = [json.loads(line)["event"] for line in dump.stdout.splitlines()
+                if json.loads(line)["type"] == "ledger.opened"]
+    held, adapted = opened["settings"]["heldout"], opened["settings"]["adaptation"]
+    assert len(held) == 3 and all(t.split(":")[2] == "train" for t in held)
+    assert all(t.split(":")[2] == "dev" for t in adapted)
+
+
 def test_approve_at_the_terminal_records_the_answer_on_the_ledger(tmp_path: Path) -> None:
     """``--approve`` asks about each risky candidate that passed the gate; a yes ships it, as ledger events."""
     data = str(tmp_path)

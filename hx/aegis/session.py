@@ -96,9 +96,11 @@ class EvolutionReport:
     """Live variant -> its harness digest."""
     routing: dict[str, str] = field(default_factory=dict)
     learner: list[Any] = field(default_factory=list)
-    """Co-evolution: the learner's records (``PolicyUpdated`` or ``UpdateSkipped``), in order."""
+    """Co-evolution: the learner's records (``PolicyUpdated``, ``UpdateSkipped``, ``PolicyGated``), in order."""
     policy: str = ""
     """Co-evolution: the policy version the run ended with."""
+    heldout_split: str = "test"
+    """Where the held-out tasks came from (``train``: a validation split)."""
 
     def games(self) -> list[tuple[str, GameScore | None, GameScore | None]]:
         """Per game: held-out figures before and after."""
@@ -123,7 +125,9 @@ def report(records: Sequence[Any], seconds: dict[int, float]) -> EvolutionReport
         run_id=state.opened.run_id, status=finished.status if finished else "unfinished", rounds=rows,
         heldout_before=next((h for h in held if h.round == -1), None),
         heldout_after=held[-1] if len(held) > 1 else None,
-        variants={n: v.harness.digest for n, v in state.live().items()}, routing=dict(state.routing))
+        variants={n: v.harness.digest for n, v in state.live().items()}, routing=dict(state.routing),
+        heldout_split=", ".join(sorted({TaskId.parse(t).split for t in state.opened.settings.get("heldout", ())}))
+        or "test")
 
 
 HELDOUT_SPLITS = ("test", "train")

@@ -206,7 +206,7 @@ def learner_table(result: EvolutionReport) -> Table:
 
 def heldout_table(result: EvolutionReport) -> Table:
     """Per game: held-out pass@2 before the first round and after the last."""
-    table = Table(title="held-out (test split) pass@2", header_style="bold")
+    table = Table(title=f"held-out ({result.heldout_split} split) pass@2", header_style="bold")
     for name in ("game", "tasks", "round 0", "final", "change"):
         table.add_column(name, justify="left" if name == "game" else "right")
 
