@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")

@@ -45,7 +45,7 @@ def learner_options(fn: F) -> F:
                      help="Trace rounds the replay buffer holds (FIFO)."),
         click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-2, show_default=True,
                      help="AdamW learning rate."),
-        click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True,
+        click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True,
                      help="Passes over the buffer per update."),
         click.option("--minibatch", type=click.IntRange(min=1), default=256, show_default=True,
                      help="Samples per optimiser step."),
