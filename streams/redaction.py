@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -122,3 +123,18 @@ def scrub_body(body: bytes, known: tuple[bytes, ...] | None = None) -> bytes:
     if not needs_scrub(body, known):
         return body
     return _encoder.encode(scrub_value(_decoder.decode(body)))
+
+
+_SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|key|secret|password|passwd|token|auth|authorization|"
+                         r"credentials?|cookie)$", re.I)
+
+
+def public(value: Any) -> Any:
+    """``value`` with secret-looking keys masked and every string scrubbed of credentials (for ``RunStarted``)."""
+    if isinstance(value, Mapping):
+        return {scrub(str(k)): MASK if _SECRET_KEY.search(str(k)) else public(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [public(v) for v in value]
+    if isinstance(value, str):
+        return scrub(value)
+    return value

@@ -21,7 +21,8 @@ from hx.aegis.digester import (
 from hx.aegis.evidence import AttemptFacts, Evidence
 from hx.aegis.taxonomy import categorise, features
 from hx.aegis.trials import Trials
-from hx.bench.rollout import RolloutSettings, RoundLabel, Splits
+from hx.bench.rollout import RolloutSettings, RoundLabel
+from hx.bench.splits import Splits
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
 from schemas.ledger import FAILURE_CATEGORIES, Anchor

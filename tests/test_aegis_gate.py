@@ -30,7 +30,8 @@ from hx.aegis.operations import apply, buckets_of
 from hx.aegis.smoke import SandboxCodeCheck
 from hx.aegis.state import RunState
 from hx.aegis.trials import RETRIES, Trials
-from hx.bench.rollout import RolloutSettings, Splits
+from hx.bench.rollout import RolloutSettings
+from hx.bench.splits import Splits
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import build, processor_type

@@ -26,7 +26,8 @@ from hx.aegis.operations import apply
 from hx.aegis.session import Parts, run_evolution
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
-from hx.bench.rollout import RolloutSettings, Splits, round_roles
+from hx.bench.rollout import RolloutSettings
+from hx.bench.splits import Splits, round_roles
 from hx.cli.main import cli
 from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness

@@ -26,7 +26,8 @@ from toybench import ToyBench, ids
 
 from hx.aegis.loop import Evolution
 from hx.aegis.trials import RETRIES, RETRY_BASE, Trials
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, SplitRole, Splits
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.bench.splits import SplitRole, Splits
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint
 from hx.learner.grpo import GRPOConfig

@@ -22,7 +22,8 @@ from toybench import RANDOM, ToyBench
 
 from hx.aegis.ledger import Ledger
 from hx.bench.registry import Benchmark, TaskId, register_benchmark
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, round_roles
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.bench.splits import round_roles
 from hx.bench.twx import TextWorldExpressBenchmark
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness

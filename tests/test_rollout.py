@@ -16,15 +16,12 @@ from hx.bench.rollout import (
     Rollout,
     RolloutSettings,
     RunExists,
-    Splits,
-    SplitViolation,
-    adaptation_history,
     attempt_seed,
     cross_check,
     evaluate_heldout,
-    public,
     round_outcomes,
 )
+from hx.bench.splits import Splits, SplitViolation, adaptation_history
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harnesses import families, starter_harness, starter_harness_text
@@ -37,6 +34,7 @@ from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundFinished, Ro
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.log import COMPRESS_MIN_BYTES, DEFLATE, HX_ENCODING, EventLog, deflate, inflate
+from streams.redaction import public
 from streams.topology import TRACE, trace_filter, trace_subject
 
 

@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hx.bench.rollout import SplitViolation, round_roles
+from hx.bench.splits import SplitViolation, round_roles
 from schemas.envelope import Record
 from schemas.hooks import ProcessorTriggered
 from schemas.ledger import Anchor

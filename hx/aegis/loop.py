@@ -36,7 +36,7 @@ from hx.aegis.settings import EvolveSettings, Progress
 from hx.aegis.state import RunState, revised
 from hx.aegis.trials import Trials, game_scores
 from hx.aegis.variants import fork_name, pool_full, route, weakest
-from hx.bench.rollout import round_roles
+from hx.bench.splits import round_roles
 from hx.harness.errors import CompositionError
 from schemas.ledger import (
     ApprovalGiven,

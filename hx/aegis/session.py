@@ -28,7 +28,8 @@ from hx.aegis.settings import EvolveSettings, Progress, RoundRow
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
 from hx.bench.registry import Benchmark, TaskId
-from hx.bench.rollout import RolloutSettings, RunExists, Splits, round_roles
+from hx.bench.rollout import RolloutSettings, RunExists
+from hx.bench.splits import Splits, round_roles
 from hx.harness.config import HarnessConfig
 from hx.runtime.models import ModelConfig
 from schemas.ledger import (

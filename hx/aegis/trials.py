@@ -23,7 +23,8 @@ from hx.aegis.gate import Fresh, Tries
 from hx.aegis.ledger import LedgerConflict
 from hx.bench.registry import Benchmark
 from hx.bench.results import AttemptOutcome, summarise
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, RoundOutcome, RunExists, SplitRole, Splits
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, RoundOutcome, RunExists
+from hx.bench.splits import SplitRole, Splits
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig

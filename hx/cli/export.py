@@ -20,7 +20,7 @@ from hx.aegis.export import render
 from hx.aegis.export_fold import ExportError
 from hx.aegis.export_rounds import trajectory_name
 from hx.aegis.session import read_run
-from hx.bench.rollout import round_roles
+from hx.bench.splits import round_roles
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.cli.log import json_line
 from schemas.history import resolve_async

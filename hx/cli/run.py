@@ -19,7 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import hx.bench  # noqa: F401 - registers the benchmark adapters (twx, sciworld, gaia)
 from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, benchmark
 from hx.bench.results import ResultsClaim, results_table, to_json
-from hx.bench.rollout import ROLES, Rollout, RolloutSettings, RoundOutcome, SplitRole
+from hx.bench.rollout import Rollout, RolloutSettings, RoundOutcome
+from hx.bench.splits import ROLES, SplitRole
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness

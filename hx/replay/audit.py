@@ -29,7 +29,7 @@ from pathlib import Path
 from hx.aegis.code import CodeStore
 from hx.aegis.operations import apply
 from hx.aegis.session import restore_plugins
-from hx.bench.rollout import round_roles
+from hx.bench.splits import round_roles
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.replay.ledger_view import AnchorResolver, LedgerEntry, compare_copy, events_span, read_copy, read_ledger

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hx.bench.rollout import round_roles
+from hx.bench.splits import round_roles
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.history import HistoryGap, resolve_async
