@@ -32,7 +32,8 @@ from hx.aegis.session import restore_plugins
 from hx.bench.splits import round_roles
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
-from hx.replay.ledger_view import AnchorResolver, LedgerEntry, compare_copy, events_span, read_copy, read_ledger
+from hx.replay.anchors import AnchorResolver
+from hx.replay.ledger_view import LedgerEntry, compare_copy, events_span, read_copy, read_ledger
 from schemas.ledger import (
     AnyEditOp,
     ApprovalGiven,
