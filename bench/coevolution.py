@@ -15,14 +15,18 @@ the two differences the issue asks about (model-only minus untrained; co-evoluti
 harness-only), plus each run's rollouts and wall time.
 
     python bench/coevolution.py                     # coin, mapreader, cookingworld
-    python bench/coevolution.py --seeds 0 1 2 --jobs 3 --heldout-tasks 50   # mean over seeds
+    python bench/coevolution.py --seeds 0 1 2 3 4 --jobs 3   # mean over seeds
     python bench/coevolution.py --tasks 10 --heldout-tasks 20 --rounds 3   # quicker
     python bench/coevolution.py --seeds 0 1 --heldout-split train          # a validation split, not test
 
-With several ``--seeds`` each seed is a comparison of its own (its own log, budget and
-untrained figures; the rollouts, the learner and the evolver seeded by it, on the same tasks),
-``--jobs`` of them at once, and the table of each is followed by the mean over seeds: with 30
-held-out tasks one task is 3.3 points of pass@2, so one seed's difference is mostly noise.
+Held-out pass@2 is measured on 50 tasks per game by default (``hx evolve``'s held-out size):
+its standard error is then about 7 points, so a difference of two figures of one seed is
+mostly noise (``--heldout-tasks 200`` halves it, at the cost of 2,400 more attempts a run
+for the three games). With several ``--seeds`` each seed is a comparison of
+its own (its own log, budget and untrained figures; the rollouts, the learner and the evolver
+seeded by it, on the same tasks), ``--jobs`` of them at once, and the table of each is
+followed by the mean over seeds with its standard error: the harness search lands on other
+edits with another seed, and that spread is far larger than the measurement's.
 """
 
 from __future__ import annotations
@@ -110,12 +114,13 @@ def fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
-def print_table(title: str, table: Comparison) -> None:
-    """Per game the four figures and the two differences the issue asks about."""
+def print_table(title: str, table: Comparison, spread: dict[str, tuple[str, str]] | None = None) -> None:
+    """Per game the four figures and the two differences the issue asks about (with their spread over seeds)."""
     print(title)
     print(f"{'game':22} {'untrained':>9} {'harness':>8} {'model':>8} {'both':>8} {'model-untr':>11} {'both-harn':>10}")
     for game, (b, h, m, c) in table.items():
-        print(f"{game:22} {fmt(b):>9} {fmt(h):>8} {fmt(m):>8} {fmt(c):>8} {pts(m, b):>11} {pts(c, h):>10}")
+        extra = f"   ± {spread[game][0]} / ± {spread[game][1]}" if spread else ""
+        print(f"{game:22} {fmt(b):>9} {fmt(h):>8} {fmt(m):>8} {fmt(c):>8} {pts(m, b):>11} {pts(c, h):>10}{extra}")
 
 
 def mean(tables: list[Comparison]) -> Comparison:
@@ -128,12 +133,32 @@ def mean(tables: list[Comparison]) -> Comparison:
     return out
 
 
+def standard_errors(tables: list[Comparison]) -> dict[str, tuple[str, str]]:
+    """Per game, the standard error over seeds of the two differences, in points."""
+
+    def se(diffs: list[float]) -> str:
+        n = len(diffs)
+        if n < 2:
+            return "–"
+        mu = sum(diffs) / n
+        return f"{100 * (sum((d - mu) ** 2 for d in diffs) / (n - 1) / n) ** 0.5:.1f}"
+
+    out = {}
+    for game in tables[0]:
+        rows = [[x for x in t[game] if x is not None] for t in tables]
+        if any(len(row) != 4 for row in rows):  # a seed without a figure
+            out[game] = ("–", "–")
+            continue
+        out[game] = (se([m - b for b, _, m, _ in rows]), se([c - h for _, h, _, c in rows]))
+    return out
+
+
 def main() -> None:
     """Run the three modes per seed and print the comparisons."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--games", nargs="+", default=list(GAMES))
     parser.add_argument("--tasks", type=int, default=20, help="adaptation tasks per game")
-    parser.add_argument("--heldout-tasks", type=int, default=30, help="held-out tasks per game")
+    parser.add_argument("--heldout-tasks", type=int, default=50, help="held-out tasks per game")
     parser.add_argument("--heldout-split", choices=("test", "train"), default="test",
                         help="train: judge on a validation split, to try a setting without the test tasks")
     parser.add_argument("--rounds", type=int, default=4, help="rounds of the harness-only run (sets the budget)")
@@ -161,8 +186,10 @@ def main() -> None:
         print_table(f"seed {seed}: held-out pass@2 ({held}), {lines[0]}", table)
         print("\n".join(lines[1:]), end="\n\n")
     if len(results) > 1:
-        print_table(f"mean over seeds {', '.join(map(str, results))}: held-out pass@2 ({held})",
-                    mean([t for t, _ in results.values()]))
+        tables = [t for t, _ in results.values()]
+        print_table(f"mean over seeds {', '.join(map(str, results))}: held-out pass@2 ({held}); "
+                    "± the standard error over seeds of model-untr / both-harn, in points",
+                    mean(tables), standard_errors(tables))
     for seed, why in failed.items():
         print(f"seed {seed}: no figures: {why} (resume it with hx coevolve --resume RUN on its log)")
     print(f"{time.perf_counter() - began:.0f}s in all")

@@ -275,6 +275,22 @@ class RoundDigested(LedgerEvent, frozen=True, kw_only=True):
     """The trace rounds (``hx.trace.<run>.<round>``) the digests were read from."""
 
 
+class ModelChanged(LedgerEvent, frozen=True, kw_only=True):
+    """From this round on the task agent runs another model (co-evolution's policy after a learner pass).
+
+    Written before the round's rollouts, only when the model differs from the one in force
+    (the run's configured model until the first of these): the round's digests and the gate's
+    verdicts are made under it, and a verdict holds for the (harness, model) pair it judged.
+    """
+
+    TYPE = "ledger.model_changed"
+
+    round: int
+    model: str
+    """The task agent's model spec from ``round`` on (``policy:<version>`` for a trained policy)."""
+    previous: str = ""
+
+
 class LandscapePlanned(LedgerEvent, frozen=True, kw_only=True):
     """The planner's landscape for a round."""
 
@@ -464,7 +480,7 @@ class EvolutionFinished(LedgerEvent, frozen=True, kw_only=True):
 
 
 LEDGER_EVENTS: tuple[type[LedgerEvent], ...] = (
-    LedgerOpened, RoundDigested, LandscapePlanned, CandidateProposed, CandidateRevised, CriticJudged,
+    LedgerOpened, ModelChanged, RoundDigested, LandscapePlanned, CandidateProposed, CandidateRevised, CriticJudged,
     ApprovalRequested, ApprovalGiven, GateJudged, HarnessShipped, VariantForked, VariantRetired, HeldoutScored,
     RoundDecided, EvolutionFinished)
 

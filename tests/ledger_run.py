@@ -16,6 +16,7 @@ from schemas.ledger import (
     LedgerEvent,
     LedgerOpened,
     Manifest,
+    ModelChanged,
     RoundDigested,
     TaskDigest,
     VariantForked,
@@ -52,6 +53,10 @@ class LedgerRun:
                                  base_digest=base.digest, digest=apply(base, ops).digest)
         self.records.append(cand)
         return cand
+
+    def model_changed(self, round: int, model: str) -> None:
+        """Record that the task agent runs ``model`` from ``round`` on (co-evolution's next policy)."""
+        self.records.append(ModelChanged(run_id=self.run_id, round=round, model=model, previous=self.state.model))
 
     def shipped(self, round: int, cid: str, variant: str | None = None) -> None:
         """Record the ship of a proposed candidate (to its own variant unless told)."""

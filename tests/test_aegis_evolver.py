@@ -228,6 +228,30 @@ async def test_a_candidate_already_judged_on_this_harness_is_not_proposed_again(
     assert {tuple(map(describe, p.operations)) for p in after} == {tuple(map(describe, p.operations)) for p in before}
 
 
+async def test_a_verdict_holds_for_the_model_it_was_made_under() -> None:
+    """Once the policy changed, an edit judged on this harness under the old one may be proposed again, after every
+    edit not judged on it yet; under the new policy it is judged once more, and then not again."""
+    digests = [failing("b:g:dev:1", "loop"), failing("b:g:dev:2", "loop")]
+    run = Run()
+    run.model_changed(0, "policy:aaaa")
+    every = await propose(run, 0, digests)
+    assert len(every) > 2
+    top = every[0]
+    run.proposed(0, "C-R0-01", top.operations, top.manifest.predicted_flips)
+    assert await propose(run, 1, digests) == every[1:]  # same harness, same model: the verdict stands
+    assert await propose(run, 1, digests, k=1) == every[1:2]
+    run.model_changed(2, "policy:bbbb")
+    assert (run.state.model, run.state.model_since) == ("policy:bbbb", 2)
+    assert await propose(run, 2, digests) == [*every[1:], top]  # judged again, but only after the new ones
+    assert await propose(run, 2, digests, k=2) == every[1:3]
+    for i, p in enumerate(every[1:3]):
+        run.proposed(2, f"C-R2-{i:02d}", p.operations, p.manifest.predicted_flips)
+    assert await propose(run, 2, digests) == [*every[3:], top]
+    for i, p in enumerate([*every[3:], top]):
+        run.proposed(2, f"C-R2-{i + 2:02d}", p.operations, p.manifest.predicted_flips)
+    assert await propose(run, 3, digests) == []  # everything judged under the policy in force
+
+
 async def test_each_variant_gets_candidates_for_its_own_tasks_and_harness() -> None:
     """A fork that holds a lever gets no second copy; each variant's manifests predict only its own tasks."""
     run = Run()

@@ -308,7 +308,7 @@ async def test_revise_asks_once_and_every_call_is_on_the_log(conn: Connection, m
     assert revised.manifest.evidence == (Anchor(seq=101, note="a fact scrolled away"),)
     assert "1 predicted flip not backed" in model.requests[1]["messages"][1]["content"]
     assert await evolver.propose(ctx, 1) == []  # a new proposal may not repeat a candidate judged on this harness
-    assert evolver.notes[0] == "candidates[0]: the same operations were already judged on this harness"
+    assert evolver.notes[0] == "candidates[0]: the same operations were already judged on this harness under this model"
     assert await trace_types(conn, "evolver", 0, round=2) == ["model.request", "model.response"]
     assert await trace_types(conn, "revise", 0, round=2) == ["model.request", "model.response"]
     assert await trace_types(conn, "evolver", 1, round=2) == ["model.request", "model.response"]

@@ -48,6 +48,7 @@ from schemas.ledger import (
     LedgerEvent,
     LedgerOpened,
     Manifest,
+    ModelChanged,
     Remove,
     RoundDecided,
     RoundDigested,
@@ -94,6 +95,7 @@ async def test_a_run_ships_every_step_on_the_ledger_and_never_scores_lower(nats_
     decisions = of(records, RoundDecided)
     assert [d.round for d in decisions] == [0, 1, 2, 3]
     assert len(of(records, RoundDigested)) == 4 and isinstance(records[-1], EvolutionFinished)
+    assert not of(records, ModelChanged) and RunState.of(records).model == "random:"  # the configured model throughout
     edits = [r for r in records if isinstance(r, HarnessShipped | VariantForked)]
     assert edits, [d.reason for d in decisions]
     state = RunState.of(records[:1])

@@ -24,7 +24,9 @@ from hx_cli import error_line, hx, ok
 from learner_kit import avoiding, expected_pass, finished, learn_records, model_turns, perturbed, trace
 from toybench import ToyBench, ids
 
+from hx.aegis.ledger import read_records
 from hx.aegis.loop import Evolution
+from hx.aegis.state import RunState
 from hx.aegis.trials import RETRIES, RETRY_BASE, Trials
 from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.bench.splits import SplitRole, Splits
@@ -38,6 +40,7 @@ from hx.runtime.models import ModelConfig
 from projections.replay_buffer import trajectories
 from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateSkipped
+from schemas.ledger import LedgerEvent, ModelChanged, RoundDigested
 from schemas.lifecycle import RoundStarted
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -520,6 +523,26 @@ def main_turns(url: str, run_id: str, gates: list[PolicyGated]) -> list[Any]:
     return [t for t in on_log(url, lambda log: model_turns(log, run_id)) if t.round not in gated]
 
 
+def ledger_of(url: str, run_id: str) -> list[LedgerEvent]:
+    """The run's edit ledger as read back from the log."""
+    async def main() -> list[LedgerEvent]:
+        async with connect(NatsSettings(url=url)) as conn:
+            return list(await read_records(conn, run_id) or [])
+    return asyncio.run(main())
+
+
+def models_in_force(url: str, run_id: str, gates: list[PolicyGated]) -> dict[int, tuple[str, set[str]]]:
+    """Per evolution round: the model its ledger says was in force, and the versions its rollouts were served by."""
+    records = ledger_of(url, run_id)
+    turns = main_turns(url, run_id, gates)
+    out = {}
+    for digested in (r for r in records if isinstance(r, RoundDigested)):
+        state = RunState.of(r for r in records if not isinstance(r, ModelChanged) or r.round <= digested.round)
+        out[digested.round] = (state.model, {f"policy:{t.response.model_version}" for t in turns
+                                             if t.round in digested.trace_rounds})
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "gate"), [("both", True), ("model", False)])
 def test_hx_coevolve_trains_the_policy_and_reports_it(nats_url: str, tmp_path: Path, mode: str, gate: bool) -> None:
@@ -550,6 +573,11 @@ def test_hx_coevolve_trains_the_policy_and_reports_it(nats_url: str, tmp_path: P
     # Each round's rollouts used the learner's policy of the moment; the last held-out ones, the final policy.
     served = {t.response.model_version for t in main_turns(nats_url, f"co-{mode}", gates)}
     assert served <= adopted and report["policy"] in served
+    # The ledger names the model each round's rollouts (and so its verdicts) ran under, from the round it changed.
+    in_force = models_in_force(nats_url, f"co-{mode}", gates)
+    assert len(in_force) == len(report["rounds"]) and all(served == {model} for model, served in in_force.values())
+    changes = [r for r in ledger_of(nats_url, f"co-{mode}") if isinstance(r, ModelChanged)]
+    assert [c.model for c in changes] == list(dict.fromkeys(model for _, (model, _) in sorted(in_force.items())))
     if mode == "model":  # a frozen harness: nothing is ever shipped
         assert all(not row["shipped"] for row in report["rounds"])
 
@@ -592,6 +620,8 @@ def test_hx_coevolve_harness_mode_keeps_the_policy(nats_url: str, tmp_path: Path
     assert report["learner"] == [] and report["policy"] == init.version
     served = {t.response.model_version for t in on_log(nats_url, lambda log: model_turns(log, "co-harness"))}
     assert served == {init.version}
+    changes = [r for r in ledger_of(nats_url, "co-harness") if isinstance(r, ModelChanged)]
+    assert [(c.round, c.model) for c in changes] == [(0, f"policy:{init.version}")]  # the first policy, once
 
 
 @pytest.mark.slow

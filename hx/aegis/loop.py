@@ -50,6 +50,7 @@ from schemas.ledger import (
     HeldoutScored,
     LandscapePlanned,
     LedgerEvent,
+    ModelChanged,
     RoundDecided,
     RoundDigested,
     RoundOutcome,
@@ -168,6 +169,7 @@ class Evolution:
         trials = self.trials
         trials.stage_round, trials.rollouts = t, 0
         await self._ship_approved(t)
+        await self._model_in_force(t)
         digested = await self._digest(t)
         digests = digested.digests
         trials.digests = {v: tuple(d for d in digests if d.variant == v) for v in {d.variant for d in digests}}
@@ -188,6 +190,12 @@ class Evolution:
         if verdict.no_op:
             return await self._decide(t, "all_rejected", "the critic found no candidate backed by evidence")
         return await self._gate_and_ship(t, verdict)
+
+    async def _model_in_force(self, t: int) -> None:
+        """Record the task agent's model before the round's rollouts when it changed (co-evolution's policy)."""
+        model, state = self.trials.models.main, self.state()
+        if model != state.model and self._recorded(t, RoundDigested) is None:
+            await self.append(ModelChanged(run_id=self.run_id, round=t, model=model, previous=state.model))
 
     async def _digest(self, t: int) -> RoundDigested:
         recorded = self._recorded(t, RoundDigested)

@@ -1,10 +1,11 @@
-"""The loop's view of a run, folded from its ledger records alone: variants, routing, history, levers.
+"""The loop's view of a run, folded from its ledger records alone: variants, routing, history, levers, model.
 
 Nothing the loop decides comes from memory that is not on the ledger: ``RunState.of``
 folds the run's ledger events (as the ``Ledger`` aggregate holds them, or as read back on
 resume) into the variants and their harnesses, the routing of task clusters, every task's
 pass@k history, the ships with their predictions, each lever's record, the strategy
-concern and bans in force, approvals pending, and the round to run next.
+concern and bans in force, approvals pending, the model in force since which round, and the
+round to run next.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from schemas.ledger import (
     LedgerEvent,
     LedgerOpened,
     Manifest,
+    ModelChanged,
     Remove,
     Reparam,
     Replace,
@@ -114,6 +116,10 @@ class RunState:
     banned: tuple[str, ...] = ()
     banned_round: int = -1
     """The round whose critic issued the ban (it holds for the round after)."""
+    model: str = ""
+    """The task agent's model in force (the run's configured one until a ``ModelChanged``)."""
+    model_since: int = 0
+    """The round it came into force: verdicts of earlier rounds were made under another model."""
 
     @classmethod
     def of(cls, records: Iterable[LedgerEvent]) -> RunState:
@@ -122,7 +128,8 @@ class RunState:
         opened = next(it)
         if not isinstance(opened, LedgerOpened):
             raise ValueError(f"a run's ledger starts with ledger.opened, not {type(opened).TYPE}")
-        state = cls(opened, {opened.variant: VariantState(opened.variant, HarnessConfig.from_dict(opened.harness))})
+        state = cls(opened, {opened.variant: VariantState(opened.variant, HarnessConfig.from_dict(opened.harness))},
+                    model=str(opened.settings.get("model", "")))
         for record in it:
             state.fold(record)
         return state
@@ -160,6 +167,8 @@ class RunState:
             self.routing = {c: v for c, v in self.routing.items() if v != record.variant}
         elif isinstance(record, RoundDecided):
             self.decisions[record.round] = record
+        elif isinstance(record, ModelChanged):
+            self.model, self.model_since = record.model, record.round
 
     def _ship(self, round: int, variant: str, candidate: str) -> None:
         cand = self.candidates[candidate]

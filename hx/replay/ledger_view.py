@@ -33,6 +33,7 @@ from schemas.ledger import (
     GateJudged,
     HarnessShipped,
     LedgerEvent,
+    ModelChanged,
     RoundDecided,
     VariantForked,
     VariantRetired,
@@ -42,9 +43,10 @@ from streams.es_layout import LEDGER_ROOT, StreamLayout
 from streams.log import EventLog
 from streams.topology import LEDGER
 
-AUDITED = (CandidateProposed, CandidateRevised, CriticJudged, ApprovalRequested, ApprovalGiven, GateJudged,
-           HarnessShipped, VariantForked, VariantRetired)
-"""The ledger events ``hx ledger`` lists: candidates, verdicts, approvals, ships and what changed the pool."""
+AUDITED = (ModelChanged, CandidateProposed, CandidateRevised, CriticJudged, ApprovalRequested, ApprovalGiven,
+           GateJudged, HarnessShipped, VariantForked, VariantRetired)
+"""The ledger events ``hx ledger`` lists: the model verdicts are made under, candidates, verdicts, approvals,
+ships and what changed the pool."""
 
 
 class AuditError(HxError):
@@ -186,6 +188,9 @@ def headline(event: LedgerEvent) -> str:
                 + (f" for {', '.join(event.clusters)}" if event.clusters else ""))
     if isinstance(event, VariantRetired):
         return f"retired {event.variant}: {event.reason}"
+    if isinstance(event, ModelChanged):
+        return f"model {event.model} from round {event.round} on" + (f" (was {event.previous})" if event.previous
+                                                                      else "")
     if isinstance(event, ApprovalRequested):
         return f"approval asked for {event.candidate} (risk {event.risk:.1f}): {event.reason}"
     if isinstance(event, ApprovalGiven):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from hx.aegis.state import RunState
 from schemas.errors import HxError
@@ -52,12 +53,27 @@ def evidence_for(digests: Sequence[TaskDigest], tasks: Sequence[str]) -> tuple[A
     return tuple(a for d in digests if d.task in wanted for a in d.evidence)[:MAX_EVIDENCE]
 
 
+Standing = Literal["new", "stale", "judged"]
+"""Operations on a variant's current harness: never judged on it, judged under an earlier model only, or judged
+under the model in force."""
+
+
+def standing(context: Context, variant: str, operations: tuple[AnyEditOp, ...]) -> Standing:
+    """Whether these operations were already judged on the variant's current harness, and under which model."""
+    # A verdict holds for the (harness, model) pair it judged: once co-evolution's learner has moved the policy,
+    # an edit that lost solved tasks under the old one may keep them under the new, so it may be judged again.
+    state = context.state
+    base = state.variants[variant].harness.digest
+    rounds = [c.proposal.round for c in state.candidates.values() if c.proposal.variant == variant
+              and c.proposal.base_digest == base and c.proposal.operations == operations]
+    if not rounds:
+        return "new"
+    return "judged" if max(rounds) >= state.model_since else "stale"
+
+
 def judged(context: Context, variant: str, operations: tuple[AnyEditOp, ...]) -> bool:
-    """True when these operations were already proposed on the variant's current harness (they would only be
-    judged again)."""
-    base = context.state.variants[variant].harness.digest
-    return any(c.proposal.variant == variant and c.proposal.base_digest == base and c.proposal.operations == operations
-               for c in context.state.candidates.values())
+    """True when these operations were already judged on the variant's current harness under the model in force."""
+    return standing(context, variant, operations) == "judged"
 
 
 class Evolver(ABC):

@@ -138,7 +138,7 @@ class LlmEvolver(Evolver):
             except CompositionError as exc:
                 raise _Skip(f"does not build: {exc}") from None
         if not revision and judged(context, cand.variant, ops):
-            raise _Skip("the same operations were already judged on this harness")
+            raise _Skip("the same operations were already judged on this harness under this model")
         assets = [a for a in known if a.processor in used]
         for code, d in zip(cand.code, declared, strict=True):
             if d.name not in used:

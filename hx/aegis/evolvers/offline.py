@@ -13,9 +13,11 @@ For each live variant it weighs the levers against the round's evidence:
 
 A lever's weight is the number of failing tasks whose category it addresses, times its
 reputation (untried levers first, then by hit rate); banned levers and candidates already
-judged on the same base harness are skipped. The manifest predicts flips on exactly the
-supporting tasks and anchors them to their digests' evidence. Nothing here knows a
-benchmark, a game or a task: only categories, counts and the processors' declarations.
+judged on the same base harness under the same model are skipped, and those judged on it
+only under an earlier model (co-evolution's policy has moved since) come after every new
+one. The manifest predicts flips on exactly the supporting tasks and anchors them to their
+digests' evidence. Nothing here knows a benchmark, a game or a task: only categories,
+counts and the processors' declarations.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import msgspec
 
 from hx.aegis import levers
-from hx.aegis.evolvers.base import MAX_EVIDENCE, Context, Evolver, Proposal, evidence_for, judged
+from hx.aegis.evolvers.base import MAX_EVIDENCE, Context, Evolver, Proposal, evidence_for, standing
 from hx.aegis.operations import apply
 from hx.aegis.state import lever_of
 from hx.harness.config import Attachment, HarnessConfig
@@ -72,14 +74,21 @@ class OfflineEvolver(Evolver):
             scored += singles + _combinations(vstate.harness, sorted(singles, key=lambda s: (-s[0], s[1])))
         seen: set[tuple[str, tuple[str, ...]]] = set()
         out: list[Proposal] = []
+        stale: dict[tuple[str, tuple[str, ...]], Proposal] = {}
         for _, _, proposal in sorted(scored, key=lambda s: (-s[0], s[1])):
             key = (proposal.variant, tuple(lever_of(op) for op in proposal.operations))
-            if key not in seen and not judged(context, proposal.variant, proposal.operations):
+            if key in seen:
+                continue
+            status = standing(context, proposal.variant, proposal.operations)
+            if status == "new":
                 seen.add(key)
                 out.append(proposal)
-            if len(out) >= k:
-                break
-        return out
+                if len(out) >= k:
+                    break
+            elif status == "stale":
+                stale.setdefault(key, proposal)
+        # Edits judged under an earlier policy come after every new one: judged again only when nothing new is left.
+        return out + [p for key, p in stale.items() if key not in seen][:k - len(out)]
 
     def _reverts(self, context: Context, variant: str, harness: HarnessConfig) -> list[tuple[float, str, Proposal]]:
         out = []
