@@ -33,6 +33,7 @@ from hx.bench.registry import Benchmark, BenchmarkError, TaskId
 from hx.bench.results import AttemptOutcome, RolloutReport, Summary, summarise
 from hx.bench.splits import ROLES, SplitRole, Splits, SplitViolation
 from hx.harness.config import HarnessConfig
+from hx.runtime.cancel import cancel_all
 from hx.runtime.loop import AttemptResult, RunLoop
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task, Tool
@@ -323,9 +324,7 @@ class Rollout:
         try:
             await asyncio.gather(*workers)
         except BaseException:
-            for w in workers:
-                w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await cancel_all(workers)
             raise
         return [done[(str(tid), a)] for tid in tids for a in numbers]
 

@@ -38,6 +38,7 @@ from hx.harnesses import families, starter_harness
 from hx.replay.compare import Aliases, Divergence, compare_attempt
 from hx.replay.logged import LoggedRound, ReplayError, describe_round, logged_attempts, model_specs, round_header
 from hx.replay.recorded import FedTask, RecordedTask, Recording
+from hx.runtime.cancel import cancel_all
 from hx.runtime.loop import RunLoop
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task
@@ -296,9 +297,7 @@ async def replay_round(conn: Connection, run_id: str, round: int, *, task: str |
     try:
         await asyncio.gather(*tasks)  # the first failure (of the read or of a replay) ends them all
     except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         raise
     finally:
         close_benchmarks(benches)

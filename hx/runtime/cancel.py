@@ -1,0 +1,32 @@
+"""Ending a group of asyncio tasks for good when one of them fails.
+
+``cancel_all`` is what the run loop's callers (a rollout's attempt workers, a replay's
+reader and workers) do after the first failure: cancel the rest and wait for them. A plain
+``cancel`` then ``gather`` is not enough on Python 3.11: ``asyncio.wait_for``, which nats-py
+wraps around every request and fetch, returns its result and drops a cancellation that
+arrives as the awaited future completes. The task then runs on, and a worker that goes back
+to a queue its producer will never fill again waits forever, and so does the ``gather``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+RECANCEL_S = 0.5
+"""How long a cancelled task may run on before it is cancelled again (at its next await)."""
+
+
+async def cancel_all(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and return once every one has ended, cancelling again any that goes on."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
+    for t in tasks:  # their failures are the caller's first failure's consequences: retrieve them, quietly
+        if not t.cancelled():
+            with contextlib.suppress(BaseException):
+                t.exception()
