@@ -5,10 +5,8 @@ Each rollout is a trace round of its own (numbered in order of need), and its
 variant), ``gate`` (a candidate's attempts), ``counterfactual`` (a candidate replayed over
 recorded responses) or ``heldout``. Main and gate rollouts use the same attempt seeds
 (attempts ``0 .. k-1`` of each task): a candidate is compared with its variant on equal
-terms, and, while the model stays the same, the next round's main rollout of a shipped
-candidate repeats exactly what its gate saw, so a variant's solved tasks stay solved (the
-adaptation curve cannot fall). A new policy checkpoint draws its own samples
-(``hx.learner.provider.sampling_seed``), so under co-evolution that holds within a round.
+terms, and the next round's main rollout of a shipped candidate repeats exactly what its
+gate saw, so a variant's solved tasks stay solved (the adaptation curve cannot fall).
 Held-out rollouts run the frozen split and hand back aggregates only. The counterfactual
 check reads recorded attempts and replays them without a model or an environment
 (``hx.aegis.counterfactual``).
@@ -139,9 +137,8 @@ class Trials:
         """Co-evolution's policy gate: which of ``tasks`` the policy in ``models`` fails to solve again; its rounds.
 
         One attempt per task and wave, stopping at a task's first pass: first the main
-        rollouts' attempt numbers (``0 .. k-1``; the new checkpoint draws its own samples on
-        them), then ``RETRIES * k`` fresh ones, as the harness gate retries a loss. What still
-        has no pass after all of them is lost.
+        rollouts' seeds (attempts ``0 .. k-1``, paired), then ``RETRIES * k`` fresh seeds, as the
+        harness gate retries a loss. What still has no pass after all of them is lost.
         """
         label = RoundLabel(purpose="policy_gate", variant=variant, candidate=candidate, stage_round=self.stage_round)
         firsts = [*range(self.settings.attempts), *self._fresh_attempts()]

@@ -11,15 +11,13 @@ Specs:
 Every response names the checkpoint version that produced it and carries the log-probability
 of every unit it produced. Sampling is the default (temperature 1; a memoryless greedy policy
 loops in these games) and is seeded from (seed, task, attempt, step, role) like ``random:``,
-and from the checkpoint's version (``sampling_seed``), so a replay of an attempt is the same
-episode and each new checkpoint draws afresh. Loaded policies are kept per process by
+so a replay of an attempt is the same episode. Loaded policies are kept per process by
 version: a run's attempts share one copy, and a copy is never trained in place.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -45,19 +43,6 @@ from streams.topology import BLOB_STORE
 _HEX = re.compile(r"[0-9a-f]{8,64}")
 _LOADED: OrderedDict[str, tuple[Policy, str]] = OrderedDict()
 _MAX_LOADED = 4
-
-
-def sampling_seed(ctx: CallContext, version: str) -> int:
-    """The seed of one call's draws: the call's place (as ``random:`` seeds it) and the checkpoint that answers.
-
-    Without the version, every checkpoint of a learner would draw the same uniform numbers for
-    attempt ``i`` of a task in every round: its successive policies' samples of a task would be
-    coupled (the same episode until their probabilities part), and the learner would see a few
-    paths again and again instead of its policy's spread. Within one checkpoint nothing changes:
-    the main and gate rollouts of a round, and any replay, still draw alike.
-    """
-    digest = hashlib.sha256(f"{seed_for(ctx)}\x1f{version}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
 
 
 def remember(key: str, policy: Policy, version: str) -> None:
@@ -138,7 +123,7 @@ class PolicyProvider(Provider):
         try:
             pol, ver = await self.policy()
             # in a worker thread: an LM's decoding takes milliseconds a token, and other attempts wait meanwhile
-            out = await asyncio.to_thread(pol.act, messages, tools, seed=sampling_seed(ctx, ver),
+            out = await asyncio.to_thread(pol.act, messages, tools, seed=seed_for(ctx),
                                           temperature=float(params.get("temperature", 1.0)),
                                           max_tokens=int(params.get("max_tokens", 32)))
         except PolicyError as exc:
