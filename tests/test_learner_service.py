@@ -531,9 +531,9 @@ def ledger_of(url: str, run_id: str) -> list[LedgerEvent]:
     return asyncio.run(main())
 
 
-def models_in_force(url: str, run_id: str, gates: list[PolicyGated]) -> dict[int, tuple[str, set[str]]]:
+def models_in_force(url: str, run_id: str, records: list[LedgerEvent],
+                    gates: list[PolicyGated]) -> dict[int, tuple[str, set[str]]]:
     """Per evolution round: the model its ledger says was in force, and the versions its rollouts were served by."""
-    records = ledger_of(url, run_id)
     turns = main_turns(url, run_id, gates)
     out = {}
     for digested in (r for r in records if isinstance(r, RoundDigested)):
@@ -574,9 +574,10 @@ def test_hx_coevolve_trains_the_policy_and_reports_it(nats_url: str, tmp_path: P
     served = {t.response.model_version for t in main_turns(nats_url, f"co-{mode}", gates)}
     assert served <= adopted and report["policy"] in served
     # The ledger names the model each round's rollouts (and so its verdicts) ran under, from the round it changed.
-    in_force = models_in_force(nats_url, f"co-{mode}", gates)
+    ledger = ledger_of(nats_url, f"co-{mode}")
+    in_force = models_in_force(nats_url, f"co-{mode}", ledger, gates)
     assert len(in_force) == len(report["rounds"]) and all(served == {model} for model, served in in_force.values())
-    changes = [r for r in ledger_of(nats_url, f"co-{mode}") if isinstance(r, ModelChanged)]
+    changes = [r for r in ledger if isinstance(r, ModelChanged)]
     assert [c.model for c in changes] == list(dict.fromkeys(model for _, (model, _) in sorted(in_force.items())))
     if mode == "model":  # a frozen harness: nothing is ever shipped
         assert all(not row["shipped"] for row in report["rounds"])
