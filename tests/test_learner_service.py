@@ -21,7 +21,16 @@ import msgspec
 import pytest
 import toyworld  # noqa: F401 - registers the toyworld benchmark with the in-process command
 from hx_cli import error_line, hx, ok
-from learner_kit import avoiding, expected_pass, finished, learn_records, model_turns, perturbed, trace
+from learner_kit import (
+    avoiding,
+    expected_pass,
+    finished,
+    learn_records,
+    model_turns,
+    perturbed,
+    sample_of,
+    trace,
+)
 from toybench import ToyBench, ids
 
 from hx.aegis.ledger import read_records
@@ -42,6 +51,7 @@ from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateSkipped
 from schemas.ledger import LedgerEvent, ModelChanged, RoundDigested
 from schemas.lifecycle import RoundStarted
+from schemas.messages import ToolCall
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.log import EventLog
@@ -344,6 +354,27 @@ async def test_a_round_where_every_task_has_one_reward_is_skipped(log: EventLog)
     trained = await learner.update()
     assert isinstance(trained, PolicyUpdated) and (trained.through_round, trained.parent) == (1, initial)
     assert updates(await learn_records(log, RUN)) == [skipped, trained]
+
+
+async def test_step_groups_learn_from_a_round_every_attempt_passed(log: EventLog) -> None:
+    # In one-room corridors random play always takes the coin in time, some attempts sooner: the rewards have no
+    # spread, but every attempt starts in the same state, where taking the coin at once has the highest return.
+    await play(log, 0, ids("easy", 2), settings=RolloutSettings(attempts=4, concurrency=2, max_steps=30, seed=3))
+    assert all(f.passed for f in await finished(log, RUN))
+    plain = Learner(log, RUN, SMALL)
+    await plain.open()
+    skipped = await plain.update()
+    assert isinstance(skipped, UpdateSkipped) and skipped.reason == "no_usable_group"
+    stepped = Learner(log, RUN, msgspec.structs.replace(SMALL, learner="steps", step_weight=1.0))
+    before = (await stepped.open()).initial
+    trained = await stepped.update()
+    assert isinstance(trained, PolicyUpdated) and trained.groups_used == 2 and trained.parent == before
+    opening = [t.sample() for t in await model_turns(log, RUN) if len(t.request.messages) == 2]
+    assert opening
+    take = sample_of(opening[0].messages, opening[0].tools,
+                     ToolCall(id="c", name="act", input={"action": "take coin"}))
+    old, new = await checkpoint.fetch(log, before), await checkpoint.fetch(log, trained.version)
+    assert new.score([take])[0][0] > old.score([take])[0][0]  # the opening move that wins at once is likelier
 
 
 async def test_heldout_rounds_are_never_trained_on(log: EventLog) -> None:

@@ -53,6 +53,10 @@ def learner_options(fn: F) -> F:
         click.option("--kl-beta", type=click.FloatRange(min=0), default=0.0, show_default=True,
                      help="Weight of the k3 KL to the first policy (0: off)."),
         click.option("--entropy-coef", type=click.FloatRange(min=0), default=0.0, show_default=True),
+        click.option("--step-weight", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                     help="Weight of step-level advantages from states a task's trajectories share (0: off)."),
+        click.option("--step-discount", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
+                     show_default=True, help="Discount per remaining turn of a step-level return."),
         click.option("--learner-seed", type=int, default=0, show_default=True,
                      help="Seed of the fresh policy and of the minibatch order."),
     ]
@@ -72,7 +76,8 @@ def learner_settings(options: dict[str, Any]) -> LearnerSettings:
                       seed=options["learner_seed"])
     return LearnerSettings(learner=options.pop("learner_name"), kind=options.pop("kind"),
                            init=options.pop("init_version"), init_seed=options.pop("learner_seed"),
-                           window=options.pop("window"), grpo=grpo)
+                           window=options.pop("window"), step_weight=options.pop("step_weight"),
+                           step_discount=options.pop("step_discount"), grpo=grpo)
 
 
 def describe(record: PolicyUpdated | UpdateSkipped | PolicyGated) -> str:

@@ -28,9 +28,10 @@ import msgspec
 import numpy as np
 
 from hx.learner import checkpoint
-from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss, group_advantages
+from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss
 from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable, bucket
 from hx.learner.provider import remember, resolve_version
+from hx.learner.step_groups import turn_advantages
 from projections.buffer_snapshot import BufferState
 from projections.replay_buffer import ReplayBuffer, groups
 from projections.runner import ProjectionRunner
@@ -61,7 +62,18 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Weigh every trajectory the same in a pass, however many turns it has (else every turn the same)."""
     off_policy_turns: bool = False
     """Train on turns an after_model processor changed (their log-probs then describe another completion)."""
+    step_weight: float = 0.0
+    """Weight of step-level advantages (``hx.learner.step_groups``) added to each turn's; 0 turns them off."""
+    step_discount: float = 0.95
+    """Discount per remaining turn of a step-level return."""
     grpo: GRPOConfig = GRPOConfig()
+
+    def __post_init__(self) -> None:
+        # `not (x >= 0)` also catches NaN
+        if not (math.isfinite(self.step_weight) and self.step_weight >= 0):
+            raise PolicyError(f"LearnerSettings.step_weight must be >= 0 and finite, got {self.step_weight!r}")
+        if not (0 < self.step_discount <= 1):
+            raise PolicyError(f"LearnerSettings.step_discount must be in (0, 1], got {self.step_discount!r}")
 
 
 def learn_subject(run_id: str, learner: str) -> str:
@@ -277,8 +289,8 @@ class Learner:
             skipped["infra_failure"] += sum(len(t.turns) for t in trajs) - sum(len(t.turns) for t in fine)
             if fine:
                 by_group[task] = fine
-        rewards = {task: [t.reward for t in trajs] for task, trajs in by_group.items()}
-        advantages = group_advantages(rewards, self.settings.grpo.adv_eps)
+        s = self.settings
+        advantages = turn_advantages(by_group, s.step_weight, s.step_discount, s.grpo.adv_eps)
         used = [traj for task, trajs in by_group.items() if task in advantages for traj in trajs]
         mean_turns = sum(len(t.turns) for t in used) / max(len(used), 1)
         out: list[tuple[TurnKey, Sample]] = []
@@ -290,12 +302,13 @@ class Learner:
                 # attempt that ran to its step limit would outweigh a short success. Scaled by
                 # mean/own length, each trajectory weighs the same (the clipped loss is linear in A).
                 weight = mean_turns / len(traj.turns) if self.settings.per_trajectory and traj.turns else 1.0
-                out += await self._turns(traj, adv * weight, skipped)
+                out += await self._turns(traj, [a * weight for a in adv], skipped)
         return out, skipped, len(advantages), len(by_group) - len(advantages)
 
-    async def _turns(self, traj: Trajectory, advantage: float, skipped: Counter[str]) -> list[tuple[TurnKey, Sample]]:
+    async def _turns(self, traj: Trajectory, advantages: Sequence[float],
+                     skipped: Counter[str]) -> list[tuple[TurnKey, Sample]]:
         out: list[tuple[TurnKey, Sample]] = []
-        for turn in traj.turns:
+        for turn, advantage in zip(traj.turns, advantages, strict=True):
             if turn.on_policy is False and not self.settings.off_policy_turns:
                 skipped["off_policy"] += 1
                 continue

@@ -1,0 +1,86 @@
+"""Step-level groups: credit for single turns, from states that recur across a task's trajectories.
+
+A GRPO group compares whole trajectories, so every turn of an attempt shares its
+trajectory's advantage: over 40-60 turns and a reward at the end, a turn that only wastes
+a step is credited like the turn that solved the task. Trajectories of one task often pass
+through the same state (the opening observation, a room entered again), and there the
+actions taken can be compared directly. This is the anchor-state grouping of GiGPO
+(Feng et al., 2025): turns of one task group whose model saw the same state form a step
+group; each turn's return is the trajectory's reward discounted by the turns still to go,
+and its step advantage is that return normalised within the step group, like an episode's
+reward within its task group. A turn in a state seen once, or in a step group whose returns
+are all equal, gets no step advantage.
+
+A state is what the model was shown to decide on, not the game's internals: the role of
+the call, the latest non-assistant message and the tools offered (with their enumerated
+choices). Nothing here knows a game.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from hx.learner.grpo import group_advantages
+from projections.trajectories import Trajectory, Turn
+
+_TOOLS = msgspec.json.Encoder(order="deterministic")
+
+
+def anchor(turn: Turn) -> str:
+    """The state a turn decided in: a digest of its role, its latest non-assistant message and its tools."""
+    latest = next((m for m in reversed(turn.messages) if m.role != "assistant"), None)
+    digest = hashlib.blake2b(digest_size=16)
+    shown = latest.content if latest is not None else ""
+    for part in (turn.role.encode(), shown.encode(), _TOOLS.encode(turn.tools)):
+        digest.update(len(part).to_bytes(8, "little"))  # length-prefixed: no two splits of the bytes collide
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def step_returns(traj: Trajectory, discount: float) -> list[float]:
+    """Each turn's return: the trajectory's reward discounted by the turns after it."""
+    n = len(traj.turns)
+    return [traj.reward * discount ** (n - 1 - i) for i in range(n)]
+
+
+def step_advantages(groups: Mapping[str, Sequence[Trajectory]], discount: float,
+                    eps: float = 1e-6) -> dict[str, list[list[float]]]:
+    """Per task, per trajectory, per turn: the turn's step advantage (0 where its step group has no spread)."""
+    out: dict[str, list[list[float]]] = {}
+    for task, trajs in groups.items():
+        returns: dict[str, list[float]] = {}
+        where: list[list[tuple[str, int]]] = []
+        for traj in trajs:
+            places = []
+            for turn, ret in zip(traj.turns, step_returns(traj, discount), strict=True):
+                key = anchor(turn)
+                values = returns.setdefault(key, [])
+                places.append((key, len(values)))
+                values.append(ret)
+            where.append(places)
+        normalised = group_advantages(returns, eps)
+        out[task] = [[normalised[key][i] if key in normalised else 0.0 for key, i in places] for places in where]
+    return out
+
+
+def turn_advantages(groups: Mapping[str, Sequence[Trajectory]], step_weight: float = 0.0, discount: float = 0.95,
+                    eps: float = 1e-6) -> dict[str, list[list[float]]]:
+    """Per task with any spread, per trajectory, per turn: episode advantage + ``step_weight`` x step advantage.
+
+    A task whose rewards are all equal has no episode advantage; it is kept when its step
+    groups tell actions apart (all passed, some sooner), and dropped otherwise.
+    """
+    episode = group_advantages({task: [t.reward for t in trajs] for task, trajs in groups.items()}, eps)
+    steps = step_advantages(groups, discount, eps) if step_weight > 0 else {}
+    out: dict[str, list[list[float]]] = {}
+    for task, trajs in groups.items():
+        per_turn = steps.get(task)
+        if task not in episode and not (per_turn and any(a for turns in per_turn for a in turns)):
+            continue
+        whole = episode.get(task, [0.0] * len(trajs))
+        out[task] = [[a + step_weight * (per_turn[i][j] if per_turn else 0.0) for j in range(len(traj.turns))]
+                     for i, (traj, a) in enumerate(zip(trajs, whole, strict=True))]
+    return out
