@@ -53,7 +53,7 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
            "--heldout-split", args.heldout_split, "--rounds", str(rounds),
            "--attempts", "2", "--max-steps", str(args.max_steps), "--concurrency", str(args.concurrency),
            "--seed", str(seed), "--learner-seed", str(seed), "--lr", str(args.lr),
-           "--epochs", str(args.epochs), "--window", str(args.window),
+           "--epochs", str(args.epochs), "--window", str(args.window), "--step-weight", str(args.step_weight),
            "--run-id", f"bench-{mode}-s{seed}-{int(time.time())}", "--out", str(data / f"{mode}.json")]
     if budget:
         cmd += ["--budget", str(budget)]
@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--window", type=int, default=4)
+    parser.add_argument("--step-weight", type=float, default=0.0, help="the learner's step-level advantage weight")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")
     parser.add_argument("--data-dir", type=Path, help="keep the logs here (default: a temporary directory)")
