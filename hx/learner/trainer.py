@@ -69,7 +69,7 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     grpo: GRPOConfig = GRPOConfig()
 
     def __post_init__(self) -> None:
-        # `not (x >= 0)` also catches NaN
+        # NaN fails both checks: isfinite, and every comparison
         if not (math.isfinite(self.step_weight) and self.step_weight >= 0):
             raise PolicyError(f"LearnerSettings.step_weight must be >= 0 and finite, got {self.step_weight!r}")
         if not (0 < self.step_discount <= 1):
