@@ -77,10 +77,9 @@ def turn_advantages(groups: Mapping[str, Sequence[Trajectory]], step_weight: flo
     steps = step_advantages(groups, discount, eps) if step_weight > 0 else {}
     out: dict[str, list[list[float]]] = {}
     for task, trajs in groups.items():
-        per_turn = steps.get(task)
-        if task not in episode and not (per_turn and any(a for turns in per_turn for a in turns)):
+        per_turn = steps.get(task) or [[0.0] * len(t.turns) for t in trajs]
+        if task not in episode and not any(any(turns) for turns in per_turn):
             continue
         whole = episode.get(task, [0.0] * len(trajs))
-        out[task] = [[a + step_weight * (per_turn[i][j] if per_turn else 0.0) for j in range(len(traj.turns))]
-                     for i, (traj, a) in enumerate(zip(trajs, whole, strict=True))]
+        out[task] = [[a + step_weight * s for s in turns] for a, turns in zip(whole, per_turn, strict=True)]
     return out
