@@ -167,7 +167,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--window", type=int, default=4)
-    parser.add_argument("--step-weight", type=float, default=0.0, help="the learner's step-level advantage weight")
+    parser.add_argument("--step-weight", type=float, default=1.0, help="the learner's step-level advantage weight")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")
     parser.add_argument("--data-dir", type=Path, help="keep the logs here (default: a temporary directory)")

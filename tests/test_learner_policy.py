@@ -35,7 +35,7 @@ from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint, orbax_params
 from hx.learner.policy import Decision, PolicyError, Unservable, bucket, decisions_of
 from hx.learner.provider import PolicyProvider
-from hx.learner.scorer import ScorerPolicy
+from hx.learner.scorer import Context, ScorerPolicy
 from hx.runtime.models import ModelConfig
 from hx.runtime.providers.base import ModelSpecError
 from schemas.messages import Message, ToolCall
@@ -192,6 +192,51 @@ def test_a_checkpoint_directory_round_trips_bit_exact_under_a_stable_version(tmp
     (tmp_path / "b" / "model.safetensors").write_bytes(save_tensors(tensors))
     changed = checkpoint.load(tmp_path / "b")
     assert checkpoint.version(changed) != ver and checkpoint.version(checkpoint.load(tmp_path / "a")) == ver
+
+
+def option_logprobs(policy: ScorerPolicy, observation: str) -> np.ndarray:
+    """The scorer's distribution over the corridor's actions after an observation."""
+    ctx = Context((*CHAT, Message(role="user", content=observation)), policy.config["hist_len"])
+    return policy._distribution(ctx, Decision(tool="act", prop="action", options=tuple(ACTIONS)), 1.0)
+
+
+def test_context_gain_weighs_the_context_term_and_zero_makes_the_words_around_the_options_moot() -> None:
+    def scorer(gain: float) -> ScorerPolicy:
+        policy = perturbed(checkpoint.create("scorer", {"dim": 16, "hidden": 32, "context_gain": gain}, seed=2))
+        assert isinstance(policy, ScorerPolicy)
+        return policy
+
+    # Two observations that differ only in words no option has: only the context term can tell them apart.
+    quiet, loud = "A lamp hums here.", "Rain drums on a tin roof."
+    for gain in (1.0, 0.1):
+        assert not np.allclose(option_logprobs(scorer(gain), quiet), option_logprobs(scorer(gain), loud))
+    assert np.allclose(option_logprobs(scorer(0.0), quiet), option_logprobs(scorer(0.0), loud))
+    assert scorer(0.0).config["context_gain"] == 0.0 and checkpoint.create("scorer").config["context_gain"] == 0.0
+    for bad in (-0.5, math.nan, math.inf, "high", True):
+        with pytest.raises(PolicyError, match=r"context_gain=.* must be a finite number >= 0"):
+            checkpoint.create("scorer", {"context_gain": bad})
+
+
+def test_a_checkpoint_from_before_context_gain_serves_as_it_was_made(tmp_path: Path) -> None:
+    made = perturbed(checkpoint.create("scorer", {"dim": 16, "hidden": 32, "context_gain": 1.0}, seed=6))
+    files = checkpoint.files_of(made)
+    config = json.loads(files["config.json"])
+    del config["context_gain"]  # as written before the key existed
+    old = loaded_from(tmp_path / "old", {**files, "config.json": json.dumps(config).encode()})
+    assert old.config["context_gain"] == 1.0
+    assert np.array_equal(option_logprobs(old, "A lamp hums here."), option_logprobs(made, "A lamp hums here."))
+    # A fresh policy asked for without the key takes today's default instead.
+    assert checkpoint.create("scorer", {"dim": 16}).config["context_gain"] == 0.0
+
+
+def loaded_from(path: Path, files: dict[str, bytes]) -> ScorerPolicy:
+    """Write ``files`` as a checkpoint directory and load it."""
+    path.mkdir()
+    for name, data in files.items():
+        (path / name).write_bytes(data)
+    policy = checkpoint.load(path)
+    assert isinstance(policy, ScorerPolicy)
+    return policy
 
 
 def load_error(path: Path, files: dict[str, bytes]) -> str:

@@ -62,9 +62,10 @@ RUN = "learn-toy"
 SETTINGS = RolloutSettings(attempts=4, concurrency=2, max_steps=6, seed=3)
 TASKS = ids("easy", 2) + ids("walk", 1)
 HELDOUT = ids("easy", 2, "test")
-SMALL = LearnerSettings(config={"dim": 16, "hidden": 32, "vocab": 512}, window=1,
+SMALL = LearnerSettings(config={"dim": 16, "hidden": 32, "vocab": 512}, window=1, step_weight=0.0,
                         grpo=GRPOConfig(learning_rate=3e-3, minibatch=256, epochs=2))
-"""A small scorer and one minibatch a pass: each learner instance compiles its training step once or twice."""
+"""A small scorer, one minibatch a pass and plain GRPO (episode advantages only, unless a test adds step
+groups): each learner instance compiles its training step once or twice."""
 WIDE = msgspec.structs.replace(SMALL, window=4)
 DEADLINE_S = 120.0
 
@@ -450,6 +451,20 @@ def test_hx_learn_of_a_run_that_is_not_there_is_a_one_line_error_that_writes_not
     assert on_log(nats_url, lambda log: learn_records(log, "never-ran")) == []
     bad = hx("--nats-url", nats_url, "learn", "../x", "--once")
     assert bad.exit_code == 2 and "run id '../x' has characters '/'" in bad.output and "Traceback" not in bad.output
+
+
+def test_hx_learn_policy_config_sets_the_fresh_policy_and_a_bad_pair_is_a_usage_error(nats_url: str) -> None:
+    for pair in ("context_gain", "context_gain=high", "=0.1", "context_gain=true"):
+        bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--policy-config", pair)
+        assert bad.exit_code == 2 and f"{pair!r}: expected KEY=NUMBER" in bad.output, bad.output
+    on_log(nats_url, lambda log: play(log, 0))
+    ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "gain", "--policy-config", "context_gain=0",
+          "--policy-config", "hidden=8"))
+    first = on_log(nats_url, lambda log: learn_records(log, RUN, "gain"))[0]
+    assert isinstance(first, PolicyInitialised) and first.config["config"] == {"context_gain": 0, "hidden": 8}
+    bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "neg", "--policy-config", "context_gain=-1")
+    assert error_line(bad) == "error: scorer config: context_gain=-1 must be a finite number >= 0"
+    assert on_log(nats_url, lambda log: learn_records(log, RUN, "neg")) == []
 
 
 def learner_process(url: str, data: Path, *args: str) -> Awaitable[asyncio.subprocess.Process]:

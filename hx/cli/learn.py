@@ -32,6 +32,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 KINDS = ("scorer", "lm")
 
 
+def _policy_config(_ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int | float]:
+    """``KEY=NUMBER`` pairs as a dict; anything else is a usage error naming the pair."""
+    out: dict[str, int | float] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        try:
+            value = json.loads(raw) if sep and key.strip() else None
+        except ValueError:
+            value = None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise click.BadParameter(f"{item!r}: expected KEY=NUMBER, e.g. context_gain=0.1", param=param)
+        out[key.strip()] = value
+    return out
+
+
 def learner_options(fn: F) -> F:
     """The options that configure a learner, shared by ``hx learn`` and ``hx coevolve``."""
     options = [
@@ -41,6 +56,9 @@ def learner_options(fn: F) -> F:
                      help="Policy kind of a fresh policy: a choice scorer, or a small causal LM."),
         click.option("--init", "init_version", default="", metavar="VERSION",
                      help="Start from this stored checkpoint instead of a fresh policy."),
+        click.option("--policy-config", "policy_config", multiple=True, metavar="KEY=NUMBER",
+                     callback=_policy_config, help="A setting of a fresh policy, e.g. context_gain=0.1 or "
+                     "hidden=128 for the scorer (repeatable)."),
         click.option("--window", type=click.IntRange(min=1), default=4, show_default=True,
                      help="Trace rounds the replay buffer holds (FIFO)."),
         click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-2, show_default=True,
@@ -53,7 +71,7 @@ def learner_options(fn: F) -> F:
         click.option("--kl-beta", type=click.FloatRange(min=0), default=0.0, show_default=True,
                      help="Weight of the k3 KL to the first policy (0: off)."),
         click.option("--entropy-coef", type=click.FloatRange(min=0), default=0.0, show_default=True),
-        click.option("--step-weight", type=click.FloatRange(min=0), default=0.0, show_default=True,
+        click.option("--step-weight", type=click.FloatRange(min=0), default=1.0, show_default=True,
                      help="Weight of step-level advantages from states a task's trajectories share (0: off)."),
         click.option("--step-discount", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
                      show_default=True, help="Discount per remaining turn of a step-level return."),
@@ -75,6 +93,7 @@ def learner_settings(options: dict[str, Any]) -> LearnerSettings:
                       kl_beta=options.pop("kl_beta"), entropy_coef=options.pop("entropy_coef"),
                       seed=options["learner_seed"])
     return LearnerSettings(learner=options.pop("learner_name"), kind=options.pop("kind"),
+                           config=options.pop("policy_config"),
                            init=options.pop("init_version"), init_seed=options.pop("learner_seed"),
                            window=options.pop("window"), step_weight=options.pop("step_weight"),
                            step_discount=options.pop("step_discount"), grpo=grpo)

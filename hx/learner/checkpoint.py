@@ -103,7 +103,8 @@ def _built(files: Mapping[str, bytes], where: str) -> Policy:
         raise PolicyError(f"{where}: {CONFIG} names no policy kind")
     side = {k: v for k, v in files.items() if k not in (CONFIG, WEIGHTS)}
     try:
-        return policy_kind(config["kind"]).build(config, side, seed=0)
+        kind = policy_kind(config["kind"])
+        return kind.build({**kind.legacy, **config}, side, seed=0)
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc}") from None
 

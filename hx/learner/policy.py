@@ -145,6 +145,9 @@ class Policy(ABC):
     """A trainable Flax NNX model kind behind one interface: act, score, encode."""
 
     kind: ClassVar[str]
+    legacy: ClassVar[Mapping[str, Any]] = {}
+    """Config keys added after the kind's first checkpoints, with the value those checkpoints were made under:
+    a checkpoint whose ``config.json`` lacks one is rebuilt with it, so it serves exactly as it did."""
 
     def __init__(self, model: nnx.Module, config: Mapping[str, Any]) -> None:
         self.model = model

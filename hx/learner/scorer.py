@@ -12,6 +12,11 @@ knowledge anywhere):
   latest observation, the share in the earlier conversation, and how often the conversation
   already shows the option chosen (a memory the harness exposes, so loops can be learnt away).
 
+The context term is weighted by ``context_gain``, 0 by default: trained on a few tasks per game
+it learns preferences tied to those tasks' rooms, which do not carry over to unseen tasks
+(docs/learner.md), while the option's words and the surface features do. A larger gain
+turns it on; checkpoints written before the setting existed load with their gain of 1.
+
 Words are hashed (crc32) into a fixed vocabulary, so any text is servable and a checkpoint
 needs no tokenizer file. Shapes are padded to buckets: a round of training and a game's
 changing option lists reuse a handful of compiled programs. The model is small (~0.2M
@@ -21,6 +26,7 @@ parameters by default) and a training step on two CPU cores takes milliseconds.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import zlib
 from collections import Counter
@@ -48,8 +54,9 @@ from hx.learner.policy import (
 )
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema
 
-DEFAULTS: dict[str, int] = {"vocab": 4096, "dim": 48, "hidden": 96, "obs_len": 64, "hist_len": 128,
-                            "head_len": 8, "option_len": 8}
+DEFAULTS: dict[str, int | float] = {"vocab": 4096, "dim": 48, "hidden": 96, "obs_len": 64, "hist_len": 128,
+                                    "head_len": 8, "option_len": 8, "context_gain": 0.0}
+"""Sizes (positive integers) and ``context_gain``, the weight of the context term in an option's score."""
 FEATURES = 3
 _WORD = re.compile(r"[a-z0-9]+")
 _NEG = -1e9
@@ -95,7 +102,7 @@ def message_words(message: Message) -> list[str]:
 class Context:
     """The views of a request a decision is scored in: the latest observation, the earlier conversation, past picks."""
 
-    def __init__(self, messages: Sequence[Message], hist_len: int = DEFAULTS["hist_len"]) -> None:
+    def __init__(self, messages: Sequence[Message], hist_len: int = int(DEFAULTS["hist_len"])) -> None:
         last = max((i for i, m in enumerate(messages) if m.role != "assistant"), default=-1)
         self.obs = message_words(messages[last]) if last >= 0 else []
         hist: list[list[str]] = []
@@ -121,9 +128,9 @@ class Context:
 class ChoiceScorer(nnx.Module):
     """Scores each option of each decision; returns per-decision log-probabilities and entropies."""
 
-    def __init__(self, config: Mapping[str, int], *, rngs: nnx.Rngs) -> None:
-        dim, hidden = config["dim"], config["hidden"]
-        self.embed = nnx.Embed(config["vocab"], dim, rngs=rngs)
+    def __init__(self, config: Mapping[str, Any], *, rngs: nnx.Rngs) -> None:
+        dim, hidden = int(config["dim"]), int(config["hidden"])
+        self.embed = nnx.Embed(int(config["vocab"]), dim, rngs=rngs)
         # The layers that feed a score start at zero: an untrained scorer is the uniform policy (the
         # random baseline), and every path still gets a gradient through the option embeddings.
         zeros = nnx.initializers.zeros_init()
@@ -131,7 +138,10 @@ class ChoiceScorer(nnx.Module):
         self.option = nnx.Linear(dim, hidden, rngs=rngs)
         self.prior = nnx.Linear(hidden, 1, kernel_init=zeros, rngs=rngs)
         self.surface = nnx.Linear(FEATURES, 1, kernel_init=zeros, rngs=rngs)
-        self.scale = 1.0 / float(np.sqrt(hidden))
+        # The context term's weight. Under Adam every parameter moves at about the learning rate, so a small
+        # gain makes the context path learn that much slower than an option's own words and surface features:
+        # what holds on any task is learnt first, preferences tied to one task's rooms need lasting evidence.
+        self.scale = float(config["context_gain"]) / float(np.sqrt(hidden))
 
     def _pool(self, ids: jax.Array) -> jax.Array:
         # mean of the embeddings of the non-padding ids along the last axis
@@ -173,6 +183,7 @@ class ScorerPolicy(Policy):
     """The ``scorer`` kind: a ``ChoiceScorer`` and the encoding of requests into its arrays."""
 
     kind = "scorer"
+    legacy = {"context_gain": 1.0}
 
     @classmethod
     def build(cls, config: Mapping[str, Any], files: Mapping[str, bytes], *, seed: int = 0) -> ScorerPolicy:
@@ -180,11 +191,15 @@ class ScorerPolicy(Policy):
         unknown = sorted(set(config) - {*DEFAULTS, "kind"})
         if unknown:
             raise PolicyError(f"scorer config: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-        bad = [k for k, v in config.items() if k != "kind" and not (isinstance(v, int) and v > 0)]
+        sizes = [k for k in DEFAULTS if k != "context_gain"]
+        bad = [k for k in sizes if k in config and not (isinstance(config[k], int) and config[k] > 0)]
         if bad:
             shown = ", ".join(f"{k}={config[k]!r}" for k in bad)
             raise PolicyError(f"scorer config: {shown} must be positive integers")
-        merged = {**DEFAULTS, **{k: int(v) for k, v in config.items() if k != "kind"}}
+        gain = config.get("context_gain", DEFAULTS["context_gain"])
+        if isinstance(gain, bool) or not isinstance(gain, int | float) or not 0 <= gain < math.inf:
+            raise PolicyError(f"scorer config: context_gain={gain!r} must be a finite number >= 0")
+        merged = {**DEFAULTS, **{k: int(config[k]) for k in sizes if k in config}, "context_gain": float(gain)}
         return cls(ChoiceScorer(merged, rngs=nnx.Rngs(seed)), {"kind": cls.kind, **merged})
 
     # --- encoding -----------------------------------------------------------------------------

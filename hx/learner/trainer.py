@@ -51,8 +51,8 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     learner: str = "default"
     kind: str = "scorer"
-    config: dict[str, int] = {}
-    """The policy kind's settings (sizes)."""
+    config: dict[str, int | float] = {}
+    """The fresh policy kind's settings (sizes; the scorer's ``context_gain``)."""
     init: str = ""
     """Start from this stored checkpoint version instead of a fresh policy."""
     init_seed: int = 0
@@ -62,7 +62,7 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Weigh every trajectory the same in a pass, however many turns it has (else every turn the same)."""
     off_policy_turns: bool = False
     """Train on turns an after_model processor changed (their log-probs then describe another completion)."""
-    step_weight: float = 0.0
+    step_weight: float = 1.0
     """Weight of step-level advantages (``hx.learner.step_groups``) added to each turn's; 0 turns them off."""
     step_discount: float = 0.95
     """Discount per remaining turn of a step-level return."""
