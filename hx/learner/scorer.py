@@ -54,9 +54,11 @@ from hx.learner.policy import (
 )
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema
 
-DEFAULTS: dict[str, int | float] = {"vocab": 4096, "dim": 48, "hidden": 96, "obs_len": 64, "hist_len": 128,
-                                    "head_len": 8, "option_len": 8, "context_gain": 0.0}
-"""Sizes (positive integers) and ``context_gain``, the weight of the context term in an option's score."""
+SIZES: dict[str, int] = {"vocab": 4096, "dim": 48, "hidden": 96, "obs_len": 64, "hist_len": 128, "head_len": 8,
+                         "option_len": 8}
+"""The scorer's sizes, each a positive integer."""
+DEFAULTS: dict[str, int | float] = {**SIZES, "context_gain": 0.0}
+"""The sizes and ``context_gain``, the weight of the context term in an option's score."""
 FEATURES = 3
 _WORD = re.compile(r"[a-z0-9]+")
 _NEG = -1e9
@@ -102,7 +104,7 @@ def message_words(message: Message) -> list[str]:
 class Context:
     """The views of a request a decision is scored in: the latest observation, the earlier conversation, past picks."""
 
-    def __init__(self, messages: Sequence[Message], hist_len: int = int(DEFAULTS["hist_len"])) -> None:
+    def __init__(self, messages: Sequence[Message], hist_len: int = SIZES["hist_len"]) -> None:
         last = max((i for i, m in enumerate(messages) if m.role != "assistant"), default=-1)
         self.obs = message_words(messages[last]) if last >= 0 else []
         hist: list[list[str]] = []
@@ -129,8 +131,8 @@ class ChoiceScorer(nnx.Module):
     """Scores each option of each decision; returns per-decision log-probabilities and entropies."""
 
     def __init__(self, config: Mapping[str, Any], *, rngs: nnx.Rngs) -> None:
-        dim, hidden = int(config["dim"]), int(config["hidden"])
-        self.embed = nnx.Embed(int(config["vocab"]), dim, rngs=rngs)
+        dim, hidden = config["dim"], config["hidden"]
+        self.embed = nnx.Embed(config["vocab"], dim, rngs=rngs)
         # The layers that feed a score start at zero: an untrained scorer is the uniform policy (the
         # random baseline), and every path still gets a gradient through the option embeddings.
         zeros = nnx.initializers.zeros_init()
@@ -151,14 +153,15 @@ class ChoiceScorer(nnx.Module):
 
     def logits(self, batch: Mapping[str, jax.Array]) -> jax.Array:
         """Option scores ``[B, T, K]``, padding options at a large negative value."""
-        obs, hist = self._pool(batch["obs"]), self._pool(batch["hist"])           # [B, D]
-        head = self._pool(batch["head"])                                            # [B, T, D]
-        t = head.shape[1]
-        ctx = jnp.concatenate([jnp.repeat(obs[:, None], t, 1), jnp.repeat(hist[:, None], t, 1), head], -1)
-        c = nnx.gelu(self.context(ctx))                                             # [B, T, H]
         o = nnx.gelu(self.option(self._pool(batch["options"])))                     # [B, T, K, H]
-        score = (jnp.einsum("bth,btkh->btk", c, o) * self.scale + self.prior(o)[..., 0]
-                 + self.surface(batch["features"])[..., 0])
+        score = self.prior(o)[..., 0] + self.surface(batch["features"])[..., 0]
+        if self.scale:  # a static float: a context gain of 0 compiles the context term away, it would add 0
+            obs, hist = self._pool(batch["obs"]), self._pool(batch["hist"])       # [B, D]
+            head = self._pool(batch["head"])                                        # [B, T, D]
+            t = head.shape[1]
+            ctx = jnp.concatenate([jnp.repeat(obs[:, None], t, 1), jnp.repeat(hist[:, None], t, 1), head], -1)
+            c = nnx.gelu(self.context(ctx))                                         # [B, T, H]
+            score = score + jnp.einsum("bth,btkh->btk", c, o) * self.scale
         return jnp.where(batch["option_mask"] > 0, score, _NEG)
 
     def __call__(self, batch: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
@@ -191,15 +194,14 @@ class ScorerPolicy(Policy):
         unknown = sorted(set(config) - {*DEFAULTS, "kind"})
         if unknown:
             raise PolicyError(f"scorer config: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-        sizes = [k for k in DEFAULTS if k != "context_gain"]
-        bad = [k for k in sizes if k in config and not (isinstance(config[k], int) and config[k] > 0)]
+        bad = [k for k in SIZES if k in config and not (isinstance(config[k], int) and config[k] > 0)]
         if bad:
             shown = ", ".join(f"{k}={config[k]!r}" for k in bad)
             raise PolicyError(f"scorer config: {shown} must be positive integers")
         gain = config.get("context_gain", DEFAULTS["context_gain"])
         if isinstance(gain, bool) or not isinstance(gain, int | float) or not 0 <= gain < math.inf:
             raise PolicyError(f"scorer config: context_gain={gain!r} must be a finite number >= 0")
-        merged = {**DEFAULTS, **{k: int(config[k]) for k in sizes if k in config}, "context_gain": float(gain)}
+        merged = {**SIZES, **{k: int(config[k]) for k in SIZES if k in config}, "context_gain": float(gain)}
         return cls(ChoiceScorer(merged, rngs=nnx.Rngs(seed)), {"kind": cls.kind, **merged})
 
     # --- encoding -----------------------------------------------------------------------------
