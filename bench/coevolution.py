@@ -77,15 +77,27 @@ def heldout(report: dict[str, Any], which: str) -> dict[str, float]:
 def rollouts(report: dict[str, Any]) -> int:
     """Attempts the run spent: its rounds' and the policy gate's."""
     gates = sum(u["rollouts"] for u in report.get("learner", []) if "adopted" in u)
-    return sum(row["rollouts"] for row in report["rounds"]) + gates
+    return int(sum(row["rollouts"] for row in report["rounds"]) + gates)
 
 
 Comparison = dict[str, tuple[float | None, ...]]
 """Per game: held-out pass@2 untrained, harness-only, model-only, co-evolution."""
 
 
-def compare(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison, list[str]]:
-    """One seed's three runs on one log: per game the four figures, and a line per run."""
+def final_harness(report: dict[str, Any], game: str) -> str:
+    """The digest of the harness a run ended with for ``game``: its routed variant's (the first one's if unrouted)."""
+    variants = report.get("variants") or {}
+    name = (report.get("routing") or {}).get(game) or min(variants, default="")
+    return str(variants.get(name, ""))
+
+
+def same_harness(harness: dict[str, Any], both: dict[str, Any], games: list[str]) -> dict[str, bool]:
+    """Per game, whether co-evolution ended on harness-only's final harness (then only the policy differs)."""
+    return {g: bool(final_harness(harness, g)) and final_harness(harness, g) == final_harness(both, g) for g in games}
+
+
+def compare(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison, list[str], dict[str, bool]]:
+    """One seed's three runs on one log: per game the four figures, a line per run, and whether the harnesses match."""
     harness, t_h = coevolve(data, "harness", args, seed=seed, budget=0, rounds=args.rounds)
     budget = rollouts(harness)
     model, t_m = coevolve(data, "model", args, seed=seed, budget=budget, rounds=4 * args.rounds)
@@ -101,7 +113,7 @@ def compare(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison
         gated = f" ({adopted} adopted by the policy gate, {spent:,} gate attempts)" if gates else ""
         lines.append(f"{name:8} rounds {len(report['rounds'])}, rollouts {rollouts(report):,}, learner updates "
                      f"{len(updates)}{gated}, {seconds:.0f}s")
-    return table, lines
+    return table, lines, same_harness(harness, both, sorted(table))
 
 
 def pts(x: float | None, y: float | None) -> str:
@@ -114,13 +126,30 @@ def fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
-def print_table(title: str, table: Comparison, spread: dict[str, tuple[str, str]] | None = None) -> None:
+def print_table(title: str, table: Comparison, spread: dict[str, tuple[str, str]] | None = None,
+                same: dict[str, bool] | None = None) -> None:
     """Per game the four figures and the two differences the issue asks about (with their spread over seeds)."""
     print(title)
-    print(f"{'game':22} {'untrained':>9} {'harness':>8} {'model':>8} {'both':>8} {'model-untr':>11} {'both-harn':>10}")
+    print(f"{'game':22} {'untrained':>9} {'harness':>8} {'model':>8} {'both':>8} {'model-untr':>11} {'both-harn':>10}"
+          + ("  same final harness" if same else ""))
     for game, (b, h, m, c) in table.items():
         extra = f"   ± {spread[game][0]} / ± {spread[game][1]}" if spread else ""
+        extra += f"  {'yes' if same[game] else 'no':>18}" if same else ""
         print(f"{game:22} {fmt(b):>9} {fmt(h):>8} {fmt(m):>8} {fmt(c):>8} {pts(m, b):>11} {pts(c, h):>10}{extra}")
+
+
+def split_by_harness(results: list[tuple[Comparison, dict[str, bool]]]) -> dict[str, tuple[str, str]]:
+    """Per game, the mean co-evolution − harness-only over the seeds that ended on the same harness, and the others."""
+
+    def mean_of(diffs: list[float]) -> str:
+        return f"{100 * sum(diffs) / len(diffs):+.1f} over {len(diffs)}" if diffs else "–"
+
+    out = {}
+    for game in results[0][0]:
+        rows = [(t[game][1], t[game][3], same[game]) for t, same in results]
+        diffs = [(c - h, s) for h, c, s in rows if h is not None and c is not None]
+        out[game] = (mean_of([d for d, s in diffs if s]), mean_of([d for d, s in diffs if not s]))
+    return out
 
 
 def mean(tables: list[Comparison]) -> Comparison:
@@ -153,6 +182,18 @@ def standard_errors(tables: list[Comparison]) -> dict[str, tuple[str, str]]:
     return out
 
 
+def print_means(held: str, results: dict[int, tuple[Comparison, dict[str, bool]]]) -> None:
+    """The mean over seeds with its standard errors, and co-evolution − harness-only split by final harness."""
+    tables = [t for t, _ in results.values()]
+    print_table(f"mean over seeds {', '.join(map(str, results))}: held-out pass@2 ({held}); "
+                "± the standard error over seeds of model-untr / both-harn, in points",
+                mean(tables), standard_errors(tables))
+    # On a shared final harness the difference is the co-evolved policy's; elsewhere the search's path too.
+    print("co-evolution − harness-only, in points, over the seeds that ended on the same harness / the others:")
+    for game, (shared, other) in split_by_harness(list(results.values())).items():
+        print(f"{game:22} {shared:>14} / {other}")
+
+
 def main() -> None:
     """Run the three modes per seed and print the comparisons."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -183,14 +224,11 @@ def main() -> None:
             except SystemExit as exc:  # one seed's failed run: the other seeds' figures still count
                 failed[seed] = str(exc)
     held = f"{args.heldout_tasks} {args.heldout_split} tasks per game, k=2"
-    for seed, (table, lines) in results.items():
-        print_table(f"seed {seed}: held-out pass@2 ({held}), {lines[0]}", table)
+    for seed, (table, lines, same) in results.items():
+        print_table(f"seed {seed}: held-out pass@2 ({held}), {lines[0]}", table, same=same)
         print("\n".join(lines[1:]), end="\n\n")
     if len(results) > 1:
-        tables = [t for t, _ in results.values()]
-        print_table(f"mean over seeds {', '.join(map(str, results))}: held-out pass@2 ({held}); "
-                    "± the standard error over seeds of model-untr / both-harn, in points",
-                    mean(tables), standard_errors(tables))
+        print_means(held, {seed: (t, s) for seed, (t, _, s) in results.items()})
     for seed, why in failed.items():
         print(f"seed {seed}: no figures: {why} (resume it with hx coevolve --resume RUN on its log)")
     print(f"{time.perf_counter() - began:.0f}s in all")
