@@ -84,11 +84,14 @@ Comparison = dict[str, tuple[float | None, ...]]
 """Per game: held-out pass@2 untrained, harness-only, model-only, co-evolution."""
 
 
+def routed_variant(report: dict[str, Any], game: str) -> str:
+    """The variant a run ended with for ``game``: its routed one, else the first (empty if the run has none)."""
+    return str((report.get("routing") or {}).get(game) or min(report.get("variants") or {}, default=""))
+
+
 def final_harness(report: dict[str, Any], game: str) -> str:
-    """The digest of the harness a run ended with for ``game``: its routed variant's (the first one's if unrouted)."""
-    variants = report.get("variants") or {}
-    name = (report.get("routing") or {}).get(game) or min(variants, default="")
-    return str(variants.get(name, ""))
+    """The digest of the harness a run ended with for ``game``."""
+    return str((report.get("variants") or {}).get(routed_variant(report, game), ""))
 
 
 def same_harness(harness: dict[str, Any], both: dict[str, Any], games: list[str]) -> dict[str, bool]:

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coevolution import Comparison, print_means, print_table, same_harness
+from coevolution import Comparison, print_means, print_table, routed_variant, same_harness
 
 from hx.harness.config import HarnessConfig
 
@@ -56,11 +56,11 @@ def final_configs(data: Path, report: dict[str, Any], games: list[str], scratch:
     run = report["run_id"]
     last = max(row["round"] for row in report["rounds"])
     state = json.loads(hx(data, "state", run, "--as-of", f"r{last}", "--json"))["harness"]
-    routing, variants = report.get("routing") or {}, report["variants"]
+    variants = report["variants"]
     exported = scratch / run
     out: dict[str, Path | None] = {}
     for game in games:
-        name = routing.get(game) or min(variants)
+        name = routed_variant(report, game)
         candidates = state[name]["candidates"]
         if not candidates:
             out[game] = None
@@ -100,7 +100,12 @@ def rescore(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison
         for game in games:
             pairs = ((first, None), (first, configs["harness"][game]), (reports["model"]["policy"], None),
                      (reports["both"]["policy"], configs["both"][game]))
-            table[game] = tuple(play(data, game, policy, config, seed, args) for policy, config in pairs)
+            # a run that never edited the game's harness repeats a pair: it is played once
+            played: dict[tuple[str, Path | None], float] = {}
+            for pair in pairs:
+                if pair not in played:
+                    played[pair] = play(data, game, *pair, seed, args)
+            table[game] = tuple(played[pair] for pair in pairs)
     return table, same_harness(reports["harness"], reports["both"], games)
 
 
