@@ -36,17 +36,18 @@ import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -67,6 +68,7 @@ FRAME_SIZE = 64
 STEP_FRAME = 12
 """About one step's events: what the run loop's tracer appends as one frame."""
 _runs = itertools.count()
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,7 @@ async def raw_fetch(js: JetStreamContext, expect: int, batch: int) -> tuple[floa
     config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE,
                             inactive_threshold=60.0, mem_storage=True, num_replicas=1, max_waiting=1)
     sub = await js.pull_subscribe("", stream=TRACE.name, config=config)
-    got: list[nats.aio.msg.Msg] = []
+    got: list[Msg] = []
     gc.collect()
     t0 = time.perf_counter()
     while len(got) < expect:
@@ -324,7 +326,7 @@ def decode_all(fetched: Fetched) -> tuple[float, int]:
     return time.perf_counter() - t0, decoded
 
 
-def fold_all(log: EventLog, projection: Projection[object], fetched: Fetched) -> tuple[float, str]:
+def fold_all(log: EventLog, projection: Projection[S], fetched: Fetched) -> tuple[float, str]:
     """Time ``ProjectionRunner.apply`` over pre-decoded records; return the seconds and the state digest."""
     records = [r for m in fetched for r in decode_message(*m)]
     # Frozen, the pre-decoded records are not rescanned by every GC pass the fold triggers:
@@ -344,7 +346,7 @@ def fold_all(log: EventLog, projection: Projection[object], fetched: Fetched) ->
 
 
 async def bench_rebuild(js: JetStreamContext, log: EventLog, n: int, frame_size: int,
-                        projection: Callable[[], Projection[object]], batch: int,
+                        projection: Callable[[], Projection[S]], batch: int,
                         rebuilds: int = 1) -> dict[str, float]:
     """Fill a purged stream with ``n`` events and measure every stage of reading them back."""
     await purge(js)
@@ -469,8 +471,9 @@ async def main(quick: bool) -> None:
         w = await bench_writes(js, log, sizes, tmp)
         raw = w["raw"].median
         raw_cpu = w["raw"].cpu_median
-        rows = [(r.label, fmt(r.median), fmt(r.best), f"{r.median / raw:.2f}", fmt(r.cpu_median),
-                 f"{r.cpu_median / raw_cpu:.2f}") for r in w.values()]
+        rows: list[tuple[str, ...]] = [
+            (r.label, fmt(r.median), fmt(r.best), f"{r.median / raw:.2f}", fmt(r.cpu_median),
+             f"{r.cpu_median / raw_cpu:.2f}") for r in w.values()]
         print(table(rows, ("writer", "events/s", "best", "vs raw", "per CPU-s", "vs raw")))
         print(f"  EventLog/raw, 1 event/msg: {w['log1'].median / raw:.2f} wall (medians), "
               f"{w['log1'].cpu_median / raw_cpu:.2f} per client CPU-second  (target >= 0.80)")
@@ -527,4 +530,4 @@ def cli() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    cli()

@@ -501,7 +501,8 @@ def attempt_events(calls: Sequence[str], outputs: Sequence[str], answer: str = "
     """The hook events of a small text-game attempt, in run order: one tool call per step, then the end."""
     task = TaskSpec(id="toyworld:rooms:dev:0", instruction="Find the coin.")
     events: list[HookPayload] = [TaskStart(task=task, system_prompt="You play.", tools=(ACT,))]
-    messages = (Message(role="system", content="You play."), Message(role="user", content="Find the coin."))
+    messages: tuple[Message, ...] = (Message(role="system", content="You play."),
+                                     Message(role="user", content="Find the coin."))
     step = 0
     for step, (action, output) in enumerate(zip(calls, outputs, strict=True), 1):
         call = ToolCall(id=f"c{step}", name="act", input={"action": action})

@@ -112,7 +112,7 @@ def test_the_first_matching_category_wins_in_taxonomy_order() -> None:
         ("env_failure", {"env_done": True, "env_failure": True}),
         ("loop", {"status": "budget_exhausted", "env_done": False, "env_failure": False}),
     ):
-        fact = dataclasses.replace(fact, **change)  # type: ignore[arg-type]
+        fact = dataclasses.replace(fact, **change)
         chain.append((category, fact))
     unlooped = shuttle(len(acts), refused=6)  # the same staleness and refusals, no cycle
     chain += [("invalid_action", unlooped), ("stagnation", dataclasses.replace(unlooped, refused=0)),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from schemas.lifecycle import RunFinished
 from streams.config import NatsSettings
@@ -95,7 +96,7 @@ async def _first_attempt_frame(url: str, run_id: str) -> None:
     try:
         seen = asyncio.get_running_loop().create_future()
 
-        async def on_msg(msg: nats.aio.msg.Msg) -> None:
+        async def on_msg(msg: Msg) -> None:
             if not msg.subject.endswith("._._") and not seen.done():
                 seen.set_result(msg.subject)
         await nc.subscribe(f"hx.trace.{run_id}.*.*.*", cb=on_msg)

@@ -95,6 +95,7 @@ async def test_the_log_masks_a_registered_secret_in_any_event(nats_url: str) -> 
         ack = await conn.log.append(trace_subject("r"), event)
         msg = await conn.js.get_msg("HX_TRACE", ack.seq)
         [record] = [r async for r in conn.log.read()]
+    assert msg.data is not None
     assert b"a-registered-secret-value" not in msg.data and b"u:pw" not in msg.data
     assert isinstance(record.event, RunStarted)
     assert record.event.config["note"] == f"token {MASK} and http://{MASK}@h/x"

@@ -90,6 +90,7 @@ async def test_every_ledger_append_moves_its_head(client: tuple[NATS, JetStreamC
     head = await server_head(js, LEDGER.name)
     info = await js.stream_info(LEDGER.name)
     assert (head.last_seq, head.messages) == (3, 3) == (info.state.last_seq, info.state.messages)
+    assert info.created is not None
     assert head.created == info.created.isoformat()
 
 

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import numpy as np
-import optax
+import optax  # type: ignore[import-untyped]
 import pytest
 from flax import nnx
 

@@ -219,6 +219,7 @@ def test_context_gain_weighs_the_context_term_and_zero_makes_the_words_around_th
 
 def test_a_checkpoint_from_before_context_gain_serves_as_it_was_made(tmp_path: Path) -> None:
     made = perturbed(checkpoint.create("scorer", {"dim": 16, "hidden": 32, "context_gain": 1.0}, seed=6))
+    assert isinstance(made, ScorerPolicy)
     files = checkpoint.files_of(made)
     config = json.loads(files["config.json"])
     del config["context_gain"]  # as written before the key existed

@@ -51,6 +51,12 @@ async def read_everything(log: EventLog) -> list[Record]:
     return [r async for r in log.read()]
 
 
+def step_of(record: Record) -> int:
+    """The ``step`` of a record holding one of these tests' events (an ``EnvObservation``)."""
+    assert isinstance(record.event, EnvObservation)
+    return record.event.step
+
+
 async def publish_garbage(conn: Connection, tag: str) -> int:
     """Raw messages no hx reader can decode; returns how many."""
     subject = trace_subject(RUN, 1, "garbage", 0)
@@ -94,12 +100,12 @@ async def test_server_killed_during_a_batch(tmp_path: Path) -> None:
             await until(lambda: _at_least(conn, garbage + 1))  # JetStream is back
             records = await read_everything(log)
             valid = [r for r in records if isinstance(r.event, EnvObservation)]
-            counts = Counter(r.event.step for r in valid)  # type: ignore[union-attr]
+            counts = Counter(step_of(r) for r in valid)
             twice = sorted(i for i, c in counts.items() if c > 1)
             assert not twice, f"{len(twice)} events stored more than once, e.g. {twice[:5]}"
             for r in valid:
-                assert r.event == event(r.event.step)  # type: ignore[union-attr]
-                assert r.subject == batch[r.event.step].subject  # type: ignore[union-attr]
+                assert r.event == event(step_of(r))
+                assert r.subject == batch[step_of(r)].subject
 
             unacked_ids = {int(k.rsplit("#", 1)[1]) for k in unacked}
             acked_ids = set(range(N)) - unacked_ids
@@ -109,7 +115,7 @@ async def test_server_killed_during_a_batch(tmp_path: Path) -> None:
                 # completed: one ack per event, each naming the message that holds that very event
                 assert len(acks) == N
                 assert [a.key for a in acks] == [e.key for e in batch]
-                by_seq = {r.seq: r.event.step for r in valid}  # type: ignore[union-attr]
+                by_seq = {r.seq: step_of(r) for r in valid}
                 assert all(by_seq[a.seq] == i for i, a in enumerate(acks))
                 assert len({a.seq for a in acks}) == N
                 assert log.retried > 0, "the kill should have forced retries"
@@ -158,7 +164,7 @@ async def test_writer_gives_up_while_the_server_is_down_then_a_retry_completes(t
             server.start(detach=False)  # same store, same port
             await until(lambda: _at_least(conn, 1))
             records = await read_everything(log)
-            counts = Counter(r.event.step for r in records)  # type: ignore[union-attr]
+            counts = Counter(step_of(r) for r in records)
             assert all(c == 1 for c in counts.values()), "an event was stored twice"
             acked = set(range(N)) - {int(k.rsplit("#", 1)[1]) for k in unacked}
             missing = sorted(acked - set(counts))
@@ -169,8 +175,8 @@ async def test_writer_gives_up_while_the_server_is_down_then_a_retry_completes(t
             assert len(acks) == N and [a.key for a in acks] == [e.key for e in batch]
             records = await read_everything(log)
             # once each; not necessarily in batch order (a gap lost in the kill is filled in later)
-            assert sorted(r.event.step for r in records) == list(range(N))  # type: ignore[union-attr]
-            by_seq = {r.seq: r.event.step for r in records}  # type: ignore[union-attr]
+            assert sorted(step_of(r) for r in records) == list(range(N))
+            by_seq = {r.seq: step_of(r) for r in records}
             assert all(by_seq[a.seq] == i for i, a in enumerate(acks))
             assert log.quarantine.count == 0
     finally:

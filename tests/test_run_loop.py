@@ -637,8 +637,8 @@ class Counter(Tool):
     def __init__(self) -> None:
         self.value = 0
 
-    @property  # type: ignore[override]
-    def schema(self) -> ToolSchema:
+    @property
+    def schema(self) -> ToolSchema:  # type: ignore[override]  # read-only here: it follows ``value``
         return ToolSchema(name="next", input_schema={"type": "object", "properties": {
             "n": {"type": "integer", "enum": [self.value + 1]}}})
 

@@ -82,7 +82,7 @@ MESSAGES = (
     Message(role="tool", content="You are in the kitchen.", tool_call_id="call_1", name="go"),
 )
 
-HOOK_PAYLOADS: dict[str, schemas.HookPayload] = {
+HOOK_PAYLOADS: dict[str, schemas.AnyHook] = {
     "task_start": TaskStart(task=TASK, system_prompt="Be brief.", tools=(TOOL,)),
     "step_start": StepStart(step=1, messages=MESSAGES),
     "before_model": BeforeModel(step=1, messages=MESSAGES, tools=(TOOL,)),
@@ -437,6 +437,7 @@ def test_payloads_are_frozen_and_changed_with_replace() -> None:
     with pytest.raises(AttributeError):
         CALL.name = "other"  # type: ignore[misc]
     payload = HOOK_PAYLOADS["after_model"]
+    assert isinstance(payload, AfterModel)
     with pytest.raises(AttributeError):
         payload.content = "x"  # type: ignore[misc]
     changed = msgspec.structs.replace(payload, content="go south")
@@ -445,7 +446,7 @@ def test_payloads_are_frozen_and_changed_with_replace() -> None:
 
 def test_events_are_keyword_only() -> None:
     with pytest.raises(TypeError):
-        RunStarted("run-1")  # type: ignore[misc]
+        RunStarted("run-1")  # type: ignore[call-arg]
 
 
 def test_equal_events_encode_to_identical_bytes() -> None:

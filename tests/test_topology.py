@@ -7,7 +7,7 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import StreamConfig
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from schemas.errors import HxError
 from streams.errors import LogError, TopologyMismatch
@@ -32,7 +32,7 @@ from streams.topology import (
 
 
 async def stream_names(js: JetStreamContext) -> set[str]:
-    return {info.config.name for info in await js.streams_info()}
+    return {info.config.name for info in await js.streams_info() if info.config.name is not None}
 
 
 # --- apply_topology ----------------------------------------------------------------------
@@ -174,7 +174,8 @@ async def test_mismatched_ledger_is_named(client: tuple[NATS, JetStreamContext])
 
 async def test_stream_differences_lists_every_field() -> None:
     cfg = StreamConfig(name="HX_LEARN", subjects=["x.>"], max_age=10.0, duplicate_window=1.0,
-                       deny_delete=True, deny_purge=True, storage="memory", retention="workqueue")
+                       deny_delete=True, deny_purge=True, storage=StorageType.MEMORY,
+                       retention=RetentionPolicy.WORK_QUEUE)
     diffs = LEARN.differences(cfg)
     assert {d.split(":", 1)[0] for d in diffs} == {"subjects", "deny_delete", "deny_purge", "max_age",
                                                     "duplicate_window", "storage", "retention"}
