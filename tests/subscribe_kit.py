@@ -65,6 +65,14 @@ def checkpoint(nats_url: str, projection: Projection[Any]) -> Checkpoint | None:
     return asyncio.run(read())
 
 
+def output_of(proc: subprocess.Popen[str]) -> str:
+    """A follower's stderr for a failure message, killed first if it still runs (reading a live pipe blocks)."""
+    if proc.poll() is None:
+        proc.kill()
+    _, err = proc.communicate(timeout=10)
+    return f"exit {proc.returncode}; stderr:\n{err}"
+
+
 def stop(proc: subprocess.Popen[str], expected: int = 143) -> None:
     """SIGTERM a follower and check its exit code (a second SIGTERM, as a user would, if the first was swallowed)."""
     proc.send_signal(signal.SIGTERM)

@@ -191,6 +191,24 @@ async def test_infrastructure_failures_and_tempered_turns_are_left_out_with_coun
     assert 0 < record.samples <= kept  # round 1's turns but the crashed ones (groups without spread aside)
 
 
+async def test_each_trajectory_weighs_the_same_unless_turns_are_weighed(log: EventLog) -> None:
+    """Per trajectory (the default) a turn's advantage is scaled by the mean length over its own; per turn it is not."""
+    await play(log, 0)
+    learner = Learner(log, RUN, WIDE)
+    await learner.open()
+    await learner.catch_up()
+    state = learner.buffer.state
+    by_trajectory, _, used, _ = await learner.samples(state)
+    learner.settings = msgspec.structs.replace(WIDE, per_trajectory=False)
+    by_turn, _, _, _ = await learner.samples(state)
+    assert used > 0 and [k for k, _ in by_trajectory] == [k for k, _ in by_turn]
+    lengths = Counter(k[:3] for k, _ in by_turn)  # turns per (round, task, attempt)
+    assert len(set(lengths.values())) > 1  # the attempts differ in length, so the two weightings differ
+    mean = sum(lengths.values()) / len(lengths)
+    for (key, weighed), (_, plain) in zip(by_trajectory, by_turn, strict=True):
+        assert weighed.advantage == pytest.approx(plain.advantage * mean / lengths[key[:3]], rel=1e-6)
+
+
 @pytest.mark.parametrize("stored", [True, False])
 async def test_turns_without_logprobs_are_rescored_under_their_policy_checkpoint_or_skipped(
         log: EventLog, stored: bool) -> None:
@@ -453,7 +471,7 @@ def test_hx_learn_of_a_run_that_is_not_there_is_a_one_line_error_that_writes_not
     assert bad.exit_code == 2 and "run id '../x' has characters '/'" in bad.output and "Traceback" not in bad.output
 
 
-def test_hx_learn_policy_config_sets_the_fresh_policy_and_a_bad_pair_is_a_usage_error(nats_url: str) -> None:
+def test_hx_learn_policy_config_and_weigh_set_the_learner_and_a_bad_pair_is_a_usage_error(nats_url: str) -> None:
     for pair in ("context_gain", "context_gain=high", "=0.1", "context_gain=true"):
         bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--policy-config", pair)
         assert bad.exit_code == 2 and f"{pair!r}: expected KEY=NUMBER" in bad.output, bad.output
@@ -462,6 +480,10 @@ def test_hx_learn_policy_config_sets_the_fresh_policy_and_a_bad_pair_is_a_usage_
           "--policy-config", "hidden=8"))
     first = on_log(nats_url, lambda log: learn_records(log, RUN, "gain"))[0]
     assert isinstance(first, PolicyInitialised) and first.config["config"] == {"context_gain": 0, "hidden": 8}
+    assert first.config["per_trajectory"] is True
+    ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "turns", "--weigh", "turn"))
+    turns = on_log(nats_url, lambda log: learn_records(log, RUN, "turns"))[0]
+    assert isinstance(turns, PolicyInitialised) and turns.config["per_trajectory"] is False
     bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "neg", "--policy-config", "context_gain=-1")
     assert error_line(bad) == "error: scorer config: context_gain=-1 must be a finite number >= 0"
     assert on_log(nats_url, lambda log: learn_records(log, RUN, "neg")) == []

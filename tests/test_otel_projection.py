@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from subscribe_kit import checkpoint, interleaved_attempts, records, stop, toy_run
+from subscribe_kit import checkpoint, interleaved_attempts, output_of, records, stop, toy_run
 
 from projections.base import Projection
 from projections.otel_spans import OtelSpans, SpanExportRunner
@@ -254,7 +254,7 @@ def test_a_follower_exports_each_attempt_as_it_finishes(nats_url: str, tmp_path:
             assert follower.stderr is not None and follower.stdout is not None
             assert "following the log" in follower.stderr.readline()
             toy_run(nats_url, tmp_path, "followed", tasks=1, attempts=3, max_steps=3)
-            assert got.wait_for_roots(3, timeout=60), follower.stderr.read()  # exported live, before any stop
+            assert got.wait_for_roots(3, timeout=60), output_of(follower)  # exported live, before any stop
             stop(follower)
             assert "exported" in follower.stderr.read()
         finally:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from hx_cli import error_line, hx, ok
-from subscribe_kit import EXAMPLES, checkpoint, fresh_fold, interleaved_attempts, records, stop, toy_run
+from subscribe_kit import EXAMPLES, checkpoint, fresh_fold, interleaved_attempts, output_of, records, stop, toy_run
 
 from projections.base import Projection
 from projections.plugins import load
@@ -68,7 +68,7 @@ def test_a_follower_alongside_the_writes_a_late_subscriber_and_a_restart_agree(
         toy_run(nats_url, tmp_path, "alongside")
         deadline = time.monotonic() + 60
         while (cp := checkpoint(nats_url, proj)) is None or cp.applied == 0:  # it folds the run as it is written
-            assert time.monotonic() < deadline and follower.poll() is None, follower.stderr.read()
+            assert time.monotonic() < deadline and follower.poll() is None, output_of(follower)
         stop(follower)
         assert "Traceback" not in follower.stderr.read()
     finally:

@@ -73,6 +73,9 @@ def learner_options(fn: F) -> F:
         click.option("--entropy-coef", type=click.FloatRange(min=0), default=0.0, show_default=True),
         click.option("--step-weight", type=click.FloatRange(min=0), default=1.0, show_default=True,
                      help="Weight of step-level advantages from states a task's trajectories share (0: off)."),
+        click.option("--weigh", type=click.Choice(("trajectory", "turn")), default="trajectory", show_default=True,
+                     help="Give each trajectory the same weight in a pass, or each turn (a long attempt then "
+                     "weighs as many turns as it has)."),
         click.option("--step-discount", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
                      show_default=True, help="Discount per remaining turn of a step-level return."),
         click.option("--learner-seed", type=int, default=0, show_default=True,
@@ -96,7 +99,8 @@ def learner_settings(options: dict[str, Any]) -> LearnerSettings:
                            config=options.pop("policy_config"),
                            init=options.pop("init_version"), init_seed=options.pop("learner_seed"),
                            window=options.pop("window"), step_weight=options.pop("step_weight"),
-                           step_discount=options.pop("step_discount"), grpo=grpo)
+                           step_discount=options.pop("step_discount"),
+                           per_trajectory=options.pop("weigh") == "trajectory", grpo=grpo)
 
 
 def describe(record: PolicyUpdated | UpdateSkipped | PolicyGated) -> str:
