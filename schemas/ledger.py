@@ -2,8 +2,9 @@
 
 Every event of a run's ledger names the run and carries ``prev``, the digest of the event
 before it (``ledger_digest``), so the ledger of a run is a hash chain: an edited, dropped
-or reordered event breaks it. The value types (edit operations, manifests, digests, the
-landscape, gate checks) are the payloads the four stages and the gate exchange.
+or reordered event breaks it. The events carry the edits (``schemas.edits``) and the
+round's digests and landscape (``schemas.landscape``); the gate's checks, a round's
+metrics and the held-out scores are defined here, since only these events carry them.
 """
 
 from __future__ import annotations
@@ -13,178 +14,16 @@ from typing import Any, Literal
 
 import msgspec
 
+from schemas.edits import AnyEditOp, Bucket, CodeAsset, Manifest
 from schemas.envelope import encode_body
 from schemas.event import Event, Payload
+from schemas.landscape import Landscape, TaskDigest
 
-FailureCategory = Literal["infrastructure", "interrupted", "premature_answer", "env_failure", "loop",
-                          "invalid_action", "stagnation", "no_progress", "partial_progress"]
-FAILURE_CATEGORIES: tuple[FailureCategory, ...] = (
-    "infrastructure", "interrupted", "premature_answer", "env_failure", "loop", "invalid_action", "stagnation",
-    "no_progress", "partial_progress")
-"""The digester's taxonomy, in the order a failure is classified (the first that applies wins)."""
-Bucket = Literal["prompt", "tools", "config", "processor"]
-BUCKETS: tuple[Bucket, ...] = ("prompt", "tools", "config", "processor")
-Continuity = Literal["new", "solved", "persistent_failure", "newly_failing", "recovered", "flaky"]
 RoundOutcome = Literal["below_actionability", "empty_landscape", "no_candidate", "all_rejected", "waiting",
                        "shipped"]
 
 
-# --- value types ------------------------------------------------------------------------------
-
-
-class Anchor(Payload, frozen=True, kw_only=True):
-    """Evidence: a position on ``HX_TRACE`` (message sequence, index in its frame) and what it shows."""
-
-    seq: int
-    index: int = 0
-    note: str = ""
-
-
-class EditOp(Payload, frozen=True, kw_only=True, tag_field="op"):
-    """A typed builder operation on a harness (base of the four kinds)."""
-
-
-class Attach(EditOp, frozen=True, kw_only=True, tag="attach"):
-    """Attach a library processor at some hooks."""
-
-    processor: str
-    hooks: tuple[str, ...]
-    params: dict[str, Any] = {}
-
-
-class Replace(EditOp, frozen=True, kw_only=True, tag="replace"):
-    """Replace the processor of a singleton group (same hooks)."""
-
-    group: str
-    processor: str
-    params: dict[str, Any] = {}
-
-
-class Remove(EditOp, frozen=True, kw_only=True, tag="remove"):
-    """Remove the processor of a singleton group."""
-
-    group: str
-
-
-class Reparam(EditOp, frozen=True, kw_only=True, tag="reparam"):
-    """Change some parameters of the processor of a singleton group (the others keep their values)."""
-
-    group: str
-    params: dict[str, Any]
-
-
-AnyEditOp = Attach | Replace | Remove | Reparam
-
-
-class CodeAsset(Payload, frozen=True, kw_only=True):
-    """New processor source a candidate brings: kept in the object store by content digest."""
-
-    name: str
-    """The module's file name."""
-    digest: str
-    """``sha256:`` of the source; the object-store key."""
-    size: int
-    processor: str
-    """The registry name of the processor it defines."""
-
-
-class Manifest(Payload, frozen=True, kw_only=True):
-    """A candidate's falsifiable claim: what it should change, on which tasks, shown by what."""
-
-    intended_effect: str = ""
-    categories: tuple[str, ...] = ()
-    """The failure categories it addresses."""
-    predicted_flips: tuple[str, ...] = ()
-    """Failing tasks it should make pass."""
-    at_risk: tuple[str, ...] = ()
-    """Passing tasks it might break."""
-    evidence: tuple[Anchor, ...] = ()
-    attribution: str = ""
-    """The singleton group whose trigger must appear on a flipped task (attribution signature)."""
-
-
-class TaskDigest(Payload, frozen=True, kw_only=True):
-    """One task of one round, compressed: outcome, failure category, implicated processors, evidence."""
-
-    task: str
-    cluster: str
-    """The group the task is routed by (``benchmark:game``)."""
-    variant: str = "v0"
-    attempts: int
-    passes: int
-    category: str = ""
-    """The failure category (``FAILURE_CATEGORIES``) of its failing attempts; empty when it passed."""
-    implicated: tuple[str, ...] = ()
-    """Singleton groups that triggered on its attempts (changed, intercepted or interrupted events)."""
-    evidence: tuple[Anchor, ...] = ()
-    continuity: Continuity = "new"
-    features: dict[str, float] = {}
-    """The trace features the category was computed from (per-attempt means)."""
-    summary: str = ""
-    """Prose from an LLM digester, when one is configured."""
-
-    @property
-    def solved(self) -> bool:
-        """True when an attempt passed (pass@k state)."""
-        return self.passes > 0
-
-
-class Regression(Payload, frozen=True, kw_only=True):
-    """A task whose pass state worsened against the previous round, and the ships between."""
-
-    task: str
-    variant: str
-    since_round: int
-    suspects: tuple[str, ...] = ()
-    """Candidates shipped to the task's variant since it last passed."""
-
-
-class FailureGroup(Payload, frozen=True, kw_only=True):
-    """Persistent or new failures sharing a category."""
-
-    category: str
-    tasks: tuple[str, ...]
-    implicated: tuple[str, ...] = ()
-
-
-class Lever(Payload, frozen=True, kw_only=True):
-    """An edit the evolvers can make (a library processor), with its record on this run."""
-
-    name: str
-    bucket: Bucket
-    dimension: str = ""
-    addresses: tuple[str, ...] = ()
-    proposed: int = 0
-    shipped: int = 0
-    predicted: int = 0
-    realised: int = 0
-    banned: bool = False
-
-    @property
-    def hit_rate(self) -> float | None:
-        """Predicted flips that happened, over predicted (None before any prediction was tested)."""
-        return self.realised / self.predicted if self.predicted else None
-
-
-class Landscape(Payload, frozen=True, kw_only=True):
-    """The planner's map of the round: what fails, what was tried, what is left, what to beware."""
-
-    regressions: tuple[Regression, ...] = ()
-    failures: tuple[FailureGroup, ...] = ()
-    tried_buckets: tuple[str, ...] = ()
-    untried_buckets: tuple[str, ...] = ()
-    tried_dimensions: tuple[str, ...] = ()
-    untried_dimensions: tuple[str, ...] = ()
-    levers: tuple[Lever, ...] = ()
-    concern: str = ""
-    """The last critic's strategy concern, relayed."""
-    banned: tuple[str, ...] = ()
-    """Levers not to use this round (a strategy concern's ban)."""
-
-    @property
-    def empty(self) -> bool:
-        """Nothing to act on: no regression and no failure group."""
-        return not self.regressions and not self.failures
+# --- value types the events carry -------------------------------------------------------------
 
 
 class GateCheck(Payload, frozen=True, kw_only=True):

@@ -8,17 +8,16 @@ from hx.aegis.operations import apply, buckets_of, dimensions_of
 from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
+from schemas.edits import AnyEditOp, Manifest
+from schemas.landscape import TaskDigest
 from schemas.ledger import (
-    AnyEditOp,
     CandidateProposed,
     CriticJudged,
     HarnessShipped,
     LedgerEvent,
     LedgerOpened,
-    Manifest,
     ModelChanged,
     RoundDigested,
-    TaskDigest,
     VariantForked,
 )
 

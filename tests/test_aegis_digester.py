@@ -25,7 +25,8 @@ from hx.bench.rollout import RolloutSettings, RoundLabel
 from hx.bench.splits import Splits
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
-from schemas.ledger import FAILURE_CATEGORIES, Anchor
+from schemas.edits import Anchor
+from schemas.landscape import FAILURE_CATEGORIES
 from streams.config import NatsSettings
 from streams.connection import connect
 

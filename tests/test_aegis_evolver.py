@@ -33,18 +33,11 @@ from hx.harness.errors import CompositionError, Interrupt
 from hx.harness.processor import build, processor_type, registered
 from hx.harnesses import starter_harness
 from hx.runtime.pipeline import HookPipeline
+from schemas.edits import Anchor, AnyEditOp, Attach, Remove, Reparam, Replace
 from schemas.event import Event
 from schemas.hooks import AfterTool, BeforeModel, ProcessorTriggered
-from schemas.ledger import (
-    Anchor,
-    AnyEditOp,
-    Attach,
-    CriticJudged,
-    Remove,
-    Reparam,
-    Replace,
-    TaskDigest,
-)
+from schemas.landscape import TaskDigest
+from schemas.ledger import CriticJudged
 from schemas.messages import Message, ToolCall, ToolResult
 
 RUN = "evolve-run"

@@ -38,6 +38,7 @@ from hx.harness.processor import build, processor_type
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
 from hx.runtime.pipeline import HookPipeline
+from schemas.edits import Anchor, AnyEditOp, Attach, Manifest, Remove, Reparam
 from schemas.envelope import Record
 from schemas.event import Event
 from schemas.hooks import (
@@ -52,20 +53,8 @@ from schemas.hooks import (
     TaskEnd,
     TaskStart,
 )
-from schemas.ledger import (
-    Anchor,
-    AnyEditOp,
-    Attach,
-    CandidateProposed,
-    HarnessShipped,
-    LedgerEvent,
-    LedgerOpened,
-    Manifest,
-    Remove,
-    Reparam,
-    RoundDigested,
-    TaskDigest,
-)
+from schemas.landscape import TaskDigest
+from schemas.ledger import CandidateProposed, HarnessShipped, LedgerEvent, LedgerOpened, RoundDigested
 from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
 from streams.config import NatsSettings
 from streams.connection import Connection, connect

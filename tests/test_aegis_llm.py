@@ -35,17 +35,9 @@ from hx.aegis.state import RunState
 from hx.harnesses import starter_harness
 from hx.processors.sandbox import SandboxLimits
 from hx.runtime.models import ModelConfig
-from schemas.ledger import (
-    Anchor,
-    Attach,
-    CandidateProposed,
-    EvolutionFinished,
-    LedgerEvent,
-    LedgerOpened,
-    Manifest,
-    RoundDecided,
-    TaskDigest,
-)
+from schemas.edits import Anchor, Attach, Manifest
+from schemas.landscape import TaskDigest
+from schemas.ledger import CandidateProposed, EvolutionFinished, LedgerEvent, LedgerOpened, RoundDecided
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.topology import BLOB_STORE, trace_subject

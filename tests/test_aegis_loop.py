@@ -34,11 +34,10 @@ from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
 from projections.harness_state import HarnessState
 from projections.runner import ProjectionRunner
+from schemas.edits import Anchor, Attach, Manifest, Remove
 from schemas.ledger import (
-    Anchor,
     ApprovalGiven,
     ApprovalRequested,
-    Attach,
     CandidateProposed,
     CriticJudged,
     EvolutionFinished,
@@ -47,9 +46,7 @@ from schemas.ledger import (
     HeldoutScored,
     LedgerEvent,
     LedgerOpened,
-    Manifest,
     ModelChanged,
-    Remove,
     RoundDecided,
     RoundDigested,
     VariantForked,

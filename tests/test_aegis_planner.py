@@ -14,18 +14,8 @@ from hx.aegis.planner import DIMENSIONS, failure_groups, plan, regressions
 from hx.harness.config import HarnessConfig
 from hx.harness.processor import processor_type, registered
 from hx.harnesses import starter_harness
-from schemas.ledger import (
-    BUCKETS,
-    FAILURE_CATEGORIES,
-    AnyEditOp,
-    Attach,
-    FailureGroup,
-    Lever,
-    Regression,
-    Remove,
-    Reparam,
-    TaskDigest,
-)
+from schemas.edits import BUCKETS, AnyEditOp, Attach, Remove, Reparam
+from schemas.landscape import FAILURE_CATEGORIES, FailureGroup, Lever, Regression, TaskDigest
 
 RUN = "plan-run"
 BASE = starter_harness("textworld")

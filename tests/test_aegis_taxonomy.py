@@ -19,10 +19,11 @@ from hx.aegis.taxonomy import (
     categorise,
     features,
 )
+from schemas.edits import Anchor
 from schemas.envelope import Record
 from schemas.event import Event
 from schemas.hooks import ProcessorTriggered
-from schemas.ledger import FAILURE_CATEGORIES, Anchor
+from schemas.landscape import FAILURE_CATEGORIES
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.messages import ToolCall
 from schemas.tools import EnvObservation, ToolInvoked

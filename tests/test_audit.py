@@ -18,8 +18,9 @@ from ledger_run import LedgerRun
 from hx.aegis.ledger import Ledger
 from hx.cli.audit import EXIT_NOT_VERIFIED
 from hx.replay.ledger_view import ledger_filter
+from schemas.edits import Anchor, Manifest
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TYPE
-from schemas.ledger import Anchor, GateCheck, GateJudged, Manifest, RoundDigested
+from schemas.ledger import GateCheck, GateJudged, RoundDigested
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.topology import LEDGER

@@ -23,32 +23,26 @@ from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness
+from schemas.edits import Anchor, Attach, Manifest
 from schemas.event import event_type
+from schemas.landscape import Continuity, FailureGroup, Landscape, Regression, TaskDigest
 from schemas.ledger import (
-    Anchor,
-    Attach,
     CandidateConcern,
     CandidateProposed,
     CandidateRevised,
-    Continuity,
     CriticJudged,
     EvolutionFinished,
-    FailureGroup,
     GameScore,
     GateCheck,
     GateJudged,
     HarnessShipped,
     HeldoutScored,
-    Landscape,
     LandscapePlanned,
     LedgerEvent,
     LedgerOpened,
-    Manifest,
-    Regression,
     RoundDecided,
     RoundDigested,
     RoundMetrics,
-    TaskDigest,
     TaskFlip,
     VariantForked,
     ledger_digest,

@@ -41,7 +41,7 @@ from hx.runtime.pipeline import HookPipeline
 from hx.runtime.task import FunctionTool, Task, Tool
 from schemas.event import Event
 from schemas.hooks import HOOK_OF, AfterTool, BeforeModel, BeforeTool, HookPayload, TaskStart
-from schemas.ledger import FAILURE_CATEGORIES
+from schemas.landscape import FAILURE_CATEGORIES
 from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
 from schemas.tools import VerifierScore
 

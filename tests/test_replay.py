@@ -31,10 +31,10 @@ from hx.replay.compare import compare_attempt
 from hx.replay.replayer import harness_on_ledger
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task, Tool
+from schemas.edits import Reparam
 from schemas.envelope import Record
 from schemas.history import resolve
 from schemas.hooks import HookRecord, StepStart, TaskStart
-from schemas.ledger import Reparam
 from schemas.lifecycle import AttemptFinished, RoundStarted, RunStarted
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema
 from schemas.model import ModelError, ModelResponse

@@ -27,18 +27,17 @@ from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
+from schemas.edits import Attach, Manifest
+from schemas.landscape import TaskDigest
 from schemas.learn import PolicyGated, PolicyUpdated
 from schemas.ledger import (
-    Attach,
     CandidateProposed,
     EvolutionFinished,
     HarnessShipped,
     LedgerOpened,
-    Manifest,
     RoundDecided,
     RoundDigested,
     RoundMetrics,
-    TaskDigest,
 )
 from streams.config import NatsSettings
 from streams.connection import connect

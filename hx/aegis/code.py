@@ -35,8 +35,8 @@ from pathlib import Path
 
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
+from schemas.edits import CodeAsset
 from schemas.errors import HxError
-from schemas.ledger import CodeAsset
 from streams.log import EventLog
 from streams.topology import BLOB_STORE
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 from hx.aegis import levers
 from hx.aegis.state import RunState, levers_of
-from schemas.ledger import CandidateConcern, CandidateProposed, Remove, TaskDigest
+from schemas.edits import Remove
+from schemas.landscape import TaskDigest
+from schemas.ledger import CandidateConcern, CandidateProposed
 
 STREAK = 3
 LOW_HIT_RATE = 0.4

@@ -22,7 +22,8 @@ import msgspec
 from hx.aegis.evidence import AttemptFacts
 from hx.aegis.taxonomy import categorise, features
 from hx.bench.results import game_of
-from schemas.ledger import FAILURE_CATEGORIES, Anchor, Continuity, TaskDigest
+from schemas.edits import Anchor
+from schemas.landscape import FAILURE_CATEGORIES, Continuity, TaskDigest
 
 MAX_ANCHORS = 3
 _ANCHOR_ORDER = ("interrupt", "refused", "invalid", "finished")

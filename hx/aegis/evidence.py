@@ -19,9 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from hx.bench.splits import SplitViolation, round_roles
+from schemas.edits import Anchor
 from schemas.envelope import Record
 from schemas.hooks import ProcessorTriggered
-from schemas.ledger import Anchor
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundStarted
 from schemas.tools import EnvObservation, ToolInvoked
 from streams.log import EventLog

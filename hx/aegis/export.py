@@ -36,7 +36,8 @@ from hx.aegis.export_rounds import (
 )
 from hx.aegis.operations import describe
 from hx.aegis.state import Ship
-from schemas.ledger import BUCKETS, HarnessShipped, LedgerEvent, VariantForked, ledger_digest
+from schemas.edits import BUCKETS
+from schemas.ledger import HarnessShipped, LedgerEvent, VariantForked, ledger_digest
 
 TrajectoryFiles = Mapping[int, Mapping[str, Sequence[str]]]
 """Round -> task -> the names of its trajectory files in ``R<n>/trajectories/``."""

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
 from schemas.errors import HxError
+from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,
     ApprovalRequested,
@@ -37,7 +38,6 @@ from schemas.ledger import (
     LedgerOpened,
     RoundDecided,
     RoundDigested,
-    TaskDigest,
     VariantForked,
     VariantRetired,
 )

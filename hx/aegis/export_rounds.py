@@ -9,19 +9,9 @@ from collections.abc import Mapping, Sequence
 from hx.aegis.export_fold import RoundRecords, RunFold, ShipEvent, link, listed, rate, safe_name, table
 from hx.aegis.operations import apply, describe
 from hx.harness.errors import CompositionError
-from schemas.ledger import (
-    AnyEditOp,
-    Attach,
-    CandidateProposed,
-    GateJudged,
-    HarnessShipped,
-    Landscape,
-    Manifest,
-    Reparam,
-    Replace,
-    RoundMetrics,
-    TaskDigest,
-)
+from schemas.edits import AnyEditOp, Attach, Manifest, Reparam, Replace
+from schemas.landscape import Landscape, TaskDigest
+from schemas.ledger import CandidateProposed, GateJudged, HarnessShipped, RoundMetrics
 
 
 def candidate_path(rnd: int, cid: str) -> str:

@@ -17,7 +17,8 @@ import msgspec
 from hx.aegis.operations import bucket_of
 from hx.aegis.state import RunState, Ship
 from hx.harness.processor import Processor, registered
-from schemas.ledger import AnyEditOp, Attach, Lever, Remove, Reparam
+from schemas.edits import AnyEditOp, Attach, Remove, Reparam
+from schemas.landscape import Lever
 
 
 def catalog(*, standalone: bool = False) -> dict[str, type[Processor]]:

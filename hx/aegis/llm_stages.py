@@ -24,7 +24,8 @@ from hx.aegis.meta import MetaAgent
 from hx.aegis.operations import describe
 from hx.aegis.state import RunState
 from hx.runtime.providers.base import ProviderError
-from schemas.ledger import CandidateProposed, TaskDigest
+from schemas.landscape import TaskDigest
+from schemas.ledger import CandidateProposed
 from schemas.messages import Message
 
 MAX_PROSE = 20

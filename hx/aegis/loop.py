@@ -38,6 +38,7 @@ from hx.aegis.trials import Trials, game_scores
 from hx.aegis.variants import fork_name, pool_full, route, weakest
 from hx.bench.splits import round_roles
 from hx.harness.errors import CompositionError
+from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,
     ApprovalRequested,
@@ -54,7 +55,6 @@ from schemas.ledger import (
     RoundDecided,
     RoundDigested,
     RoundOutcome,
-    TaskDigest,
     VariantForked,
     VariantRetired,
 )

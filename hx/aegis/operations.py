@@ -1,6 +1,6 @@
 """Edit operations: typed builder operations applied to a harness, and what kind of edit each is.
 
-A candidate is a tuple of operations (``schemas.ledger``: attach, replace, remove,
+A candidate is a tuple of operations (``schemas.edits``: attach, replace, remove,
 reparam) applied in order to its variant's harness through ``HarnessConfig``'s builder
 algebra, so every candidate type-checks exactly as a hand-built harness does (unknown
 processor, wrong hook, duplicate group: a ``CompositionError`` naming it). The bucket
@@ -16,7 +16,7 @@ from typing import Any
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import build, processor_type
-from schemas.ledger import AnyEditOp, Attach, Bucket, Remove, Reparam, Replace
+from schemas.edits import AnyEditOp, Attach, Bucket, Remove, Reparam, Replace
 
 PROMPT_DIMENSION = "D2"
 TOOL_DIMENSION = "D4"

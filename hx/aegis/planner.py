@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from hx.aegis import levers
 from hx.aegis.state import RunState
-from schemas.ledger import BUCKETS, FailureGroup, Landscape, Regression, TaskDigest
+from schemas.edits import BUCKETS
+from schemas.landscape import FailureGroup, Landscape, Regression, TaskDigest
 
 DIMENSIONS = tuple(f"D{i}" for i in range(1, 10))
 

@@ -31,7 +31,8 @@ from hx.aegis.code import CodeStore
 from hx.aegis.smoke_worker import MARK
 from hx.harness.config import HarnessConfig
 from hx.processors.sandbox import SandboxLimits, SandboxRun, run_python
-from schemas.ledger import AnyEditOp, CandidateProposed, CodeAsset
+from schemas.edits import AnyEditOp, CodeAsset
+from schemas.ledger import CandidateProposed
 
 SMOKE_LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=1024, max_output_chars=20_000)
 """Generous for importing hx and driving a processor through a few dozen events."""

@@ -37,9 +37,9 @@ from hx.harness.errors import Interrupt
 from hx.harness.processor import Processor, build, registered
 from hx.processors.testing import check_processor, scenario
 from hx.runtime.pipeline import HookPipeline, ProcessorFailed
+from schemas.edits import AnyEditOp, Attach, Replace
 from schemas.event import Event
 from schemas.hooks import BeforeModel, ProcessorTriggered, TaskStart
-from schemas.ledger import AnyEditOp, Attach, Replace
 
 MARK = "@@hx-smoke "
 CLIP = 120

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import msgspec
 
 from hx.harness.config import HarnessConfig
+from schemas.edits import AnyEditOp, Attach, Manifest, Remove, Reparam, Replace
+from schemas.landscape import TaskDigest
 from schemas.ledger import (
-    AnyEditOp,
     ApprovalGiven,
     ApprovalRequested,
-    Attach,
     CandidateProposed,
     CandidateRevised,
     CriticJudged,
@@ -28,14 +28,9 @@ from schemas.ledger import (
     HarnessShipped,
     LedgerEvent,
     LedgerOpened,
-    Manifest,
     ModelChanged,
-    Remove,
-    Reparam,
-    Replace,
     RoundDecided,
     RoundDigested,
-    TaskDigest,
     VariantForked,
     VariantRetired,
 )

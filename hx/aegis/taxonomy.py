@@ -19,7 +19,7 @@ tuned to a benchmark. ``features`` reports the numbers the category was read fro
 from __future__ import annotations
 
 from hx.aegis.evidence import AttemptFacts
-from schemas.ledger import FailureCategory
+from schemas.landscape import FailureCategory
 
 LOOP_TAIL = 12
 LOOP_PERIODS = (1, 2, 3)

@@ -29,7 +29,8 @@ from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
 from schemas.envelope import Record
-from schemas.ledger import GameScore, TaskDigest
+from schemas.landscape import TaskDigest
+from schemas.ledger import GameScore
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 from streams.topology import TRACE, trace_subject

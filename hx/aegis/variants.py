@@ -17,7 +17,7 @@ from typing import Literal
 
 from hx.aegis.digester import cluster_of
 from hx.aegis.state import RunState
-from schemas.ledger import TaskDigest
+from schemas.landscape import TaskDigest
 
 Strategy = Literal["global", "ensemble"]
 STRATEGIES: tuple[Strategy, ...] = ("global", "ensemble")

@@ -23,7 +23,7 @@ from rich.tree import Tree
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option, stdout_console
 from hx.replay.audit import Verification, verify_file, verify_run
 from hx.replay.ledger_view import LedgerEntry, LedgerListing, LedgerRow, headline, listing, read_ledger
-from schemas.ledger import Anchor
+from schemas.edits import Anchor
 
 EXIT_NOT_VERIFIED = 3
 """``hx audit verify`` checked and found the ledger wrong (1 is kept for "could not check": a bad run, no server)."""

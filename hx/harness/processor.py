@@ -48,7 +48,7 @@ class Processor(msgspec.Struct, kw_only=True, dict=True, forbid_unknown_fields=T
     dimension: ClassVar[str] = ""
     """The paper's behavioural dimension, D1..D9."""
     addresses: ClassVar[tuple[str, ...]] = ()
-    """Failure categories (``schemas.ledger.FAILURE_CATEGORIES``) this processor is meant to address; the
+    """Failure categories (``schemas.landscape.FAILURE_CATEGORIES``) this processor is meant to address; the
     offline evolver matches them to failing tasks."""
     limits: ClassVar[tuple[str, ...]] = ()
     """Numeric parameters that bound how long an attempt may go on before this processor ends it (larger is

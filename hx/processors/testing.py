@@ -49,7 +49,7 @@ from schemas.hooks import (
     TaskEnd,
     TaskStart,
 )
-from schemas.ledger import FAILURE_CATEGORIES
+from schemas.landscape import FAILURE_CATEGORIES
 from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
 
 DIMENSIONS = tuple(f"D{i}" for i in range(1, 10))

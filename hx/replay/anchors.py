@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 from nats.js.errors import NotFoundError
 
+from schemas.edits import Anchor
 from schemas.envelope import Record, decode_message
 from schemas.errors import DecodeError
 from schemas.event import Event
 from schemas.hooks import ProcessorTriggered
-from schemas.ledger import Anchor, CandidateProposed, CandidateRevised, LedgerEvent
+from schemas.ledger import CandidateProposed, CandidateRevised, LedgerEvent
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.tools import EnvObservation, ToolInvoked
 from streams.log import EventLog

@@ -34,8 +34,8 @@ from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.replay.anchors import AnchorResolver
 from hx.replay.ledger_view import LedgerEntry, compare_copy, events_span, read_copy, read_ledger
+from schemas.edits import AnyEditOp
 from schemas.ledger import (
-    AnyEditOp,
     ApprovalGiven,
     ApprovalRequested,
     CandidateProposed,

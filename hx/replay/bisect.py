@@ -37,7 +37,8 @@ from hx.replay.harness_diff import harness_in, task_round, task_variant
 from hx.replay.regressions import AttemptEvidence, attempts_of, ledger_state
 from hx.replay.timetravel import TimeTravelError, run_marks
 from hx.runtime.models import ModelConfig
-from schemas.ledger import AnyEditOp, HarnessShipped, LedgerOpened, VariantForked
+from schemas.edits import AnyEditOp
+from schemas.ledger import HarnessShipped, LedgerOpened, VariantForked
 from streams.log import EventLog
 from streams.topology import check_run_id
 

@@ -3,7 +3,7 @@
 The harness diff is computed from the two versions themselves, per singleton group: a group
 only in the later harness is an ``attach``, one only in the earlier a ``remove``, another
 processor type (or other hooks) a ``replace``, other parameters a ``reparam`` of just the
-changed ones. These are the ledger's own edit operations (``schemas.ledger``), so applying
+changed ones. These are the ledger's own edit operations (``schemas.edits``), so applying
 them to the earlier harness (``hx.aegis.operations.apply``) gives the later one, which the
 diff checks; the ships recorded between the rounds are listed beside it as the ledger has them.
 
@@ -26,7 +26,8 @@ from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.replay.regressions import ShipBetween, ledger_state
 from hx.replay.timetravel import RunMarks, TimeTravelError, read_decoded, run_marks
-from schemas.ledger import AnyEditOp, Attach, HarnessShipped, Remove, Reparam, Replace, VariantForked
+from schemas.edits import AnyEditOp, Attach, Remove, Reparam, Replace
+from schemas.ledger import HarnessShipped, VariantForked
 from schemas.lifecycle import AttemptFinished
 from schemas.model import ModelResponse
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned

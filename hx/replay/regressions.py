@@ -25,8 +25,10 @@ from hx.aegis.operations import describe
 from hx.aegis.planner import regressions as planned_regressions
 from hx.aegis.state import Candidate, RunState
 from hx.replay.timetravel import RunMarks, TimeTravelError, read_decoded, run_marks
+from schemas.edits import Anchor
+from schemas.landscape import TaskDigest
 from schemas.learn import PolicyGated, PolicyUpdated
-from schemas.ledger import Anchor, LedgerEvent, TaskDigest
+from schemas.ledger import LedgerEvent
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.model import ModelResponse
 from streams.log import EventLog

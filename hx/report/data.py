@@ -18,10 +18,11 @@ from hx.aegis.export import curves
 from hx.aegis.export_fold import RoundRecords, RunFold
 from hx.aegis.export_rounds import carried
 from hx.aegis.session import EvolutionReport, report
+from schemas.edits import BUCKETS
 from schemas.errors import HxError
 from schemas.event import Event
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import BUCKETS, HarnessShipped, HeldoutScored, LedgerEvent, VariantForked
+from schemas.ledger import HarnessShipped, HeldoutScored, LedgerEvent, VariantForked
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
 

@@ -23,8 +23,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from hx.report.data import LearnerRecord, ReportData, RoundFigures
+from schemas.edits import BUCKETS
 from schemas.learn import PolicyUpdated
-from schemas.ledger import BUCKETS
 
 DPI = 100
 HEIGHT = 4.2

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hx.aegis.state import RunState
+from schemas.edits import Anchor, AnyEditOp, CodeAsset, Manifest
 from schemas.errors import HxError
-from schemas.ledger import Anchor, AnyEditOp, CodeAsset, Landscape, Manifest, TaskDigest
+from schemas.landscape import Landscape, TaskDigest
 
 
 class EvolverError(HxError):

@@ -34,7 +34,7 @@ from hx.aegis.state import lever_of
 from hx.harness.errors import CompositionError
 from hx.harness.processor import registered
 from hx.runtime.providers.base import ProviderError
-from schemas.ledger import Attach, CodeAsset, Manifest, Replace
+from schemas.edits import Attach, CodeAsset, Manifest, Replace
 from schemas.messages import Message
 
 

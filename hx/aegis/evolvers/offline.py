@@ -34,7 +34,8 @@ from hx.aegis.state import lever_of
 from hx.harness.config import Attachment, HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import Processor, processor_type
-from schemas.ledger import Attach, Manifest, Remove, Reparam, TaskDigest
+from schemas.edits import Attach, Manifest, Remove, Reparam
+from schemas.landscape import TaskDigest
 
 MAX_PREDICTED = 40
 COMBINE_UP_TO = 3

@@ -17,7 +17,7 @@ from hx.aegis.evolvers.base import Context, Proposal
 from hx.harness.contracts import PERMITTED
 from hx.harness.processor import Processor
 from schemas.hooks import HOOK_EVENT_TYPES, HOOK_NAMES
-from schemas.ledger import FAILURE_CATEGORIES, Landscape, TaskDigest
+from schemas.landscape import FAILURE_CATEGORIES, Landscape, TaskDigest
 from schemas.messages import Message, TaskSpec, ToolCall, ToolResult, ToolSchema
 
 MAX_DIGESTS = 40

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from hx.aegis.evolvers.base import EvolverError
-from schemas.ledger import AnyEditOp
+from schemas.edits import AnyEditOp
 
 T = TypeVar("T")
 _FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.S)
