@@ -1,4 +1,4 @@
-"""The event log: typed append, batched append, conditional append, read and subscribe.
+"""The event log's write side: ``EventLog`` and its typed, batched, framed and conditional appends.
 
 Appends carry a deterministic ``Nats-Msg-Id``: the caller's key (an event's position in
 its run, e.g. ``<subject>#<n>``) or, without one, a hash of subject, type and body. A
@@ -9,7 +9,11 @@ reported, never silently dropped.
 
 ``send_frame`` is the run loop's path: a frame of already encoded events sent without
 waiting for its ack (``PendingAppend.result`` waits, and sends a lost one again), deflated
-when large (``Hx-Encoding: deflate``; readers here inflate it before decoding).
+when large (``Hx-Encoding: deflate``; the log's readers inflate it before decoding).
+
+``read``, ``subscribe``, ``last_seq`` and ``last_subject_seq`` keep their place on ``EventLog``,
+so a caller holds one object for both sides, but only delegate: the pull consumer, its
+fetch sizing and the quarantine of what cannot be read are in ``streams.reading``.
 """
 
 from __future__ import annotations
@@ -18,14 +22,14 @@ import asyncio
 import hashlib
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
+from nats.js.api import PubAck
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from schemas.envelope import (
@@ -35,7 +39,6 @@ from schemas.envelope import (
     MSG_ID,
     EncodedEvent,
     Record,
-    decode_message,
     deflate,
     encode_body,
     encode_frame_bodies,
@@ -43,20 +46,15 @@ from schemas.envelope import (
     headers_for,
     inflate,
 )
-from schemas.errors import DecodeError
 from schemas.event import Event
-from streams.addressing import mismatch, subject_problem
+from streams import reading
 from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
 from streams.integrity import Heads
-from streams.quarantine import Quarantine, Quarantined
+from streams.quarantine import Quarantine
 from streams.redaction import known_bytes, needs_scrub, scrub_body
 from streams.topology import LEDGER, TRACE, stream_of
 
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-FETCH_BYTES = 8 * 1024 * 1024
-"""About how many bytes one read fetch asks for (its message count is sized from the bytes seen so far)."""
-FIRST_FETCH = 32
-"""Messages in a read's first fetch, before any size is known (at most 32 MiB at the 1 MiB payload limit)."""
 WRONG_LAST_SEQUENCE = 10071
 LEDGER_PREFIX = "hx.ledger."
 _RETRYABLE = (asyncio.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.TimeoutError,
@@ -188,6 +186,7 @@ class EventLog:
         self.retries = retries
         self.retry_backoff = retry_backoff
         self.quarantine = Quarantine()
+        """What this log's reads skipped as unreadable, with the reason (``streams.reading``)."""
         self.retried = 0
         """How many message appends were sent again after a lost or late ack."""
 
@@ -389,20 +388,15 @@ class EventLog:
             await settle(*inflight.popleft())
         return sorted(failed), reason
 
-    # --- reads -----------------------------------------------------------------------
+    # --- reads (streams.reading) -----------------------------------------------------
 
     async def last_seq(self, stream: str = TRACE.name) -> int:
         """The sequence of the newest message in ``stream`` (0 when empty)."""
-        info = await self.js.stream_info(stream)
-        return int(info.state.last_seq)
+        return await reading.last_seq(self.js, stream)
 
     async def last_subject_seq(self, subject: str, stream: str = TRACE.name) -> int:
         """The sequence of the newest message on ``subject`` (0 when none), for conditional appends."""
-        try:
-            msg = await self.js.get_last_msg(stream, subject)
-        except NotFoundError:
-            return 0
-        return int(msg.seq or 0)
+        return await reading.last_subject_seq(self.js, subject, stream)
 
     async def read(self, stream: str = TRACE.name, *, start: int = 1, stop: int | None = None,
                    subjects: Sequence[str] = (), types: Iterable[str] = (),
@@ -412,7 +406,8 @@ class EventLog:
         stop = last if stop is None else min(stop, last)
         if start > stop:
             return
-        async for record in self._consume(stream, start, subjects, types, batch, stop=stop):
+        async for record in reading.consume(self.js, stream, start, subjects, types, batch, stop=stop,
+                                            timeout=self.ack_timeout, quarantine=self.quarantine):
             yield record
 
     async def subscribe(self, stream: str = TRACE.name, *, start: int = 1, subjects: Sequence[str] = (),
@@ -423,77 +418,9 @@ class EventLog:
         ``until`` is checked between fetches (at least once a second), so a follower can be
         stopped without cancelling a fetch in flight.
         """
-        async for record in self._consume(stream, start, subjects, types, batch, stop=None, until=until):
+        async for record in reading.consume(self.js, stream, start, subjects, types, batch, stop=None,
+                                            timeout=self.ack_timeout, quarantine=self.quarantine, until=until):
             yield record
-
-    async def _consume(self, stream: str, start: int, subjects: Sequence[str], types: Iterable[str],
-                       batch: int, stop: int | None, until: asyncio.Event | None = None) -> AsyncIterator[Record]:
-        wanted = frozenset(types)
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start),
-            ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True, num_replicas=1,
-            max_waiting=1,
-        )
-        if len(subjects) > 1:
-            config.filter_subjects = list(subjects)
-        sub = await self.js.pull_subscribe(subjects[0] if len(subjects) == 1 else "", stream=stream, config=config)
-        consumer: str | None = None
-        try:
-            info = await sub.consumer_info()
-            consumer = info.name
-            if stop is not None and info.num_pending == 0:
-                return
-            # A fetch asks for a number of messages, not bytes: a thousand 500 KiB frames would
-            # overrun the server's per-client outbound limit (64 MiB), which then drops the
-            # connection as a slow consumer. Start small and size each fetch by the bytes seen.
-            size = min(batch, FIRST_FETCH)
-            while until is None or not until.is_set():
-                try:
-                    msgs = await sub.fetch(size, timeout=1.0 if stop is None else self.ack_timeout)
-                except TimeoutError:  # nats-py raises its own subclass or asyncio's
-                    if stop is None or ((await sub.consumer_info()).num_pending or 0) > 0:
-                        continue  # a slow server is not the end of the range
-                    return  # nothing more matches the filter before ``stop``
-                if msgs:
-                    mean = sum(len(m.data) for m in msgs) // len(msgs) + 1
-                    size = max(1, min(batch, FETCH_BYTES // mean))
-                for msg in msgs:
-                    meta = msg.metadata
-                    seq = meta.sequence.stream
-                    if stop is not None and seq > stop:
-                        return
-                    for record in self._decode(stream, msg.subject, seq, msg.headers, msg.data):
-                        if not wanted or record.type in wanted:
-                            yield record
-                    if stop is not None and (seq >= stop or meta.num_pending == 0):
-                        return
-        finally:
-            try:
-                await sub.unsubscribe()
-                if consumer is not None:
-                    await self.js.delete_consumer(stream, consumer)
-            except nats.errors.Error:  # the ephemeral consumer times out on its own anyway
-                pass
-
-    def _decode(self, stream: str, subject: str, seq: int, headers: dict[str, str] | None,
-                body: bytes) -> list[Record]:
-        if stream == TRACE.name and (problem := subject_problem(subject)) is not None:
-            self.quarantine.add(Quarantined(stream, subject, seq, problem, (headers or {}).get("Hx-Type"), len(body)))
-            return []
-        try:
-            records = decode_message(subject, seq, headers, body)
-        except DecodeError as exc:
-            self.quarantine.add(Quarantined(stream, subject, seq, exc.reason,
-                                            (headers or {}).get("Hx-Type"), len(body)))
-            return []
-        if stream != TRACE.name:
-            return records
-        kept = records
-        for record in records:
-            if type(record.event).LEVEL and (problem := mismatch(subject, record.event)) is not None:
-                self.quarantine.add(Quarantined(stream, subject, seq, problem, record.type, len(body), record.index))
-                kept = [r for r in kept if r is not record]
-        return kept
 
 
 __all__ = ["DEFLATE", "HX_ENCODING", "MSG_ID", "Appended", "EncodedEvent", "Entry", "EventLog", "PendingAppend",
