@@ -45,10 +45,20 @@ from typing import Any
 GAMES = ("twx:coin", "twx:mapreader", "twx:cookingworld")
 
 
+def hx(data: Path, *args: str) -> str:
+    """Run ``hx`` on the log in ``data``; its standard output (a failure stops the seed with hx's error)."""
+    done = subprocess.run([sys.executable, "-m", "hx", "--data-dir", str(data), *args], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    if done.returncode:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"hx {' '.join(args[:3])} on {data} failed ({done.returncode})")
+    return done.stdout
+
+
 def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budget: int,
              rounds: int) -> tuple[dict[str, Any], float]:
     """One ``hx coevolve`` run; its JSON report and wall time."""
-    cmd = [sys.executable, "-m", "hx", "--data-dir", str(data), "coevolve", "--mode", mode, "--json",
+    cmd = ["coevolve", "--mode", mode, "--json",
            "--tasks", str(args.tasks), "--heldout-tasks", str(args.heldout_tasks),
            "--heldout-split", args.heldout_split, "--rounds", str(rounds),
            "--attempts", "2", "--max-steps", str(args.max_steps), "--concurrency", str(args.concurrency),
@@ -60,12 +70,8 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
     for game in args.games:
         cmd += ["--bench", game]
     began = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
-    seconds = time.perf_counter() - began
-    if done.returncode:
-        sys.stderr.write(done.stderr[-4000:])
-        raise SystemExit(f"hx coevolve --mode {mode} (seed {seed}) failed ({done.returncode})")
-    return json.loads(done.stdout), seconds
+    report = json.loads(hx(data, *cmd))
+    return report, time.perf_counter() - began
 
 
 def heldout(report: dict[str, Any], which: str) -> dict[str, float]:

@@ -26,29 +26,16 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from coevolution import Comparison, print_means, print_table, routed_variant, same_harness
+from coevolution import Comparison, hx, print_means, print_table, routed_variant, same_harness
 
 from hx.harness.config import HarnessConfig
 
 MODES = ("harness", "model", "both")
-
-
-def hx(data: Path, *args: str) -> str:
-    """Run ``hx`` on the log in ``data``; its standard output (a failure stops the seed with hx's error)."""
-    done = subprocess.run([sys.executable, "-m", "hx", "--data-dir", str(data), *args], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
-    if done.returncode:
-        sys.stderr.write(done.stderr[-4000:])
-        raise SystemExit(f"hx {' '.join(args[:2])} on {data} failed ({done.returncode})")
-    return done.stdout
 
 
 def final_configs(data: Path, report: dict[str, Any], games: list[str], scratch: Path) -> dict[str, Path | None]:
