@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from toybench import RANDOM, ToyBench, ids
 
+from hx.bench.heldout import evaluate_heldout
 from hx.bench.registry import BenchmarkError
 from hx.bench.results import AttemptOutcome, ResultsClaim, from_json, markdown_table, to_json
 from hx.bench.rollout import (
@@ -18,7 +19,6 @@ from hx.bench.rollout import (
     RunExists,
     attempt_seed,
     cross_check,
-    evaluate_heldout,
     round_outcomes,
 )
 from hx.bench.splits import Splits, SplitViolation, adaptation_history

@@ -8,8 +8,8 @@ is folded back from the log through the ``TaskHistory`` projection and cross-che
 against the attempts' own results, so the numbers printed are the log's numbers.
 
 Splits are kept apart (``hx.bench.splits``): a round runs the tasks of one role only, and
-the held-out split is run only through ``evaluate_heldout``, which hands back aggregate
-scores and no per-task detail.
+the held-out split is run only through ``hx.bench.heldout.evaluate_heldout``, which hands
+back aggregate scores and no per-task detail.
 
 >>> attempt_seed(0, "twx:coin:dev:0", 1) == attempt_seed(0, "twx:coin:dev:0", 1) != attempt_seed(0, "twx:coin:dev:0", 0)
 True
@@ -30,8 +30,8 @@ from typing import Any, Literal
 import msgspec
 
 from hx.bench.registry import Benchmark, BenchmarkError, TaskId
-from hx.bench.results import AttemptOutcome, RolloutReport, Summary, summarise
-from hx.bench.splits import ROLES, SplitRole, Splits, SplitViolation
+from hx.bench.results import AttemptOutcome, RolloutReport, summarise
+from hx.bench.splits import ROLES, SplitRole, Splits
 from hx.harness.config import HarnessConfig
 from hx.runtime.cancel import cancel_all
 from hx.runtime.loop import AttemptResult, RunLoop
@@ -389,39 +389,3 @@ def cross_check(results: Sequence[AttemptOutcome], logged: Sequence[AttemptOutco
         raise ReportMismatch(f"the log disagrees with the attempts: {len(missing)} missing, {len(differ)} "
                              f"different, {len(extra)} unexpected verdict(s); first: "
                              f"{(missing or differ or extra)[0]}")
-
-
-@dataclass(frozen=True)
-class HeldoutScore:
-    """What a held-out evaluation hands back: aggregates only, no per-task verdict."""
-
-    run_id: str
-    round: int
-    heldout_digest: str
-    overall: Summary
-    games: tuple[Summary, ...]
-
-
-async def evaluate_heldout(rollout: Rollout, run_id: str, round: int, splits: Splits, *,
-                           progress: Callable[[int, int], None] | None = None) -> HeldoutScore:
-    """Evaluate the frozen held-out split as a ``heldout`` round; return only aggregate scores.
-
-    Every attempt lands on the log (tagged held-out, so ``adaptation_history`` never reads
-    it); the caller gets pass@k and means per game, never which task passed.
-    """
-    if not splits.heldout:
-        raise SplitViolation("the held-out split is empty: nothing to evaluate")
-    total = len(splits.heldout) * rollout.settings.attempts
-    count = 0
-
-    def tick(_: AttemptResult) -> None:
-        nonlocal count
-        count += 1
-        if progress is not None:
-            progress(count, total)
-
-    checked = Rollout(list(rollout.benchmarks.values()), rollout.models, rollout.harness, log=rollout.log,
-                      settings=rollout.settings, writer=rollout.writer, splits=splits,
-                      harness_source=rollout.harness_source)
-    outcome = await checked.run_round(run_id, round, splits.heldout, role="heldout", progress=tick)
-    return HeldoutScore(run_id, round, splits.heldout_digest, outcome.report.overall, outcome.report.games)
