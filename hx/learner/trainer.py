@@ -25,11 +25,11 @@ from typing import Any
 
 import jax
 import msgspec
-import numpy as np
 
 from hx.learner import checkpoint
 from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss
-from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable, bucket
+from hx.learner.minibatches import Minibatches, TurnKey
+from hx.learner.policy import Policy, PolicyError, Sample, Unservable
 from hx.learner.provider import remember, resolve_version
 from hx.learner.step_groups import turn_advantages
 from projections.buffer_snapshot import BufferState
@@ -40,10 +40,6 @@ from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateS
 from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
-
-TurnKey = tuple[int, str, int, int, str]
-"""A sample's place: (trace round, task, attempt, step, role)."""
-_UNSERVABLE = object()
 
 
 class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -117,8 +113,7 @@ class Learner:
         self.reference: Policy | None = None
         self.trainer: GRPOTrainer | None = None
         self._behaviour: dict[str, Policy] = {}
-        self._rows: dict[TurnKey, Any] = {}
-        """Rows of the window's samples (or ``_UNSERVABLE``), kept across passes."""
+        self.minibatches = Minibatches()
 
     # --- position -----------------------------------------------------------------------------
 
@@ -211,7 +206,7 @@ class Learner:
         began = time.perf_counter()
         state: BufferState = self.buffer.state
         samples, skipped, used, dropped = await self.samples(state)
-        batches = self._batches(samples, skipped, last)
+        batches = self.minibatches.of_pass(self.policy, self.reference, samples, self.settings.grpo, skipped, last)
         parent, seq = self.position.version, self.buffer.position[0]
         common: dict[str, Any] = {"run_id": self.run_id, "learner": self.settings.learner, "through_round": last,
                                   "trace_seq": seq, "rounds": tuple(state.rounds), "parent": parent}
@@ -340,68 +335,6 @@ class Learner:
         except Unservable:
             return None
         return msgspec.structs.replace(sample, logprobs=logprobs)
-
-    def _batches(self, samples: Sequence[tuple[TurnKey, Sample]], skipped: Counter[str], through: int) -> list[Batch]:
-        """``epochs`` passes of encoded minibatches (behaviour, reference and advantage arrays added).
-
-        Each sample's row is made once while its trajectory stays in the window. The samples are
-        shuffled once into minibatches, and each pass visits them in a fresh order; all seeded by
-        (seed, round), so a redone pass is identical.
-        """
-        assert self.policy is not None
-        cfg = self.settings.grpo
-        rows: list[tuple[Any, Sample]] = []
-        kept: dict[TurnKey, Any] = {}
-        for key, sample in samples:
-            row = self._rows.get(key)
-            if row is None:
-                try:
-                    row = self.policy.row(sample)
-                except Unservable:
-                    row = _UNSERVABLE
-            kept[key] = row
-            if row is _UNSERVABLE:
-                skipped["unservable"] += 1
-            else:
-                rows.append((row, sample))
-        self._rows = kept  # rows of trajectories that left the window go
-        rng = np.random.default_rng([cfg.seed, through])
-        order = rng.permutation(len(rows))
-        encoded = []
-        size = bucket(min(cfg.minibatch, len(rows)))  # every minibatch of the pass has the first one's shape
-        for start in range(0, len(rows), cfg.minibatch):
-            batch = self._collate([rows[i] for i in order[start:start + cfg.minibatch]], skipped, size)
-            if batch is not None:
-                encoded.append(batch)
-        return [encoded[i] for _ in range(cfg.epochs) for i in rng.permutation(len(encoded))]
-
-    def _collate(self, chunk: list[tuple[Any, Sample]], skipped: Counter[str], rows: int) -> Batch | None:
-        assert self.policy is not None
-        batch = _padded(self.policy.collate([row for row, _ in chunk]), rows)
-        mask = batch["mask"]
-        old = np.zeros_like(mask)
-        adv = np.zeros(mask.shape[0], np.float32)
-        for i, (_, s) in enumerate(chunk):
-            n = int(mask[i].sum())
-            if len(s.logprobs) != n:
-                mask[i] = 0.0  # the logged units are not this kind's units: leave the sample out
-                skipped["unit_mismatch"] += 1
-                continue
-            old[i, :n] = s.logprobs
-            adv[i] = s.advantage
-        if not mask.any():
-            return None
-        batch["old_lp"], batch["adv"] = old, adv
-        batch["ref_lp"] = self.reference.units(batch)[0] if self.reference is not None else np.zeros_like(mask)
-        return batch
-
-
-def _padded(batch: Batch, rows: int) -> Batch:
-    """``batch`` with rows of zeros (no units) up to ``rows``: a pass's last, short minibatch keeps the step's shape."""
-    have = batch["mask"].shape[0]
-    if have >= rows:
-        return batch
-    return {k: np.concatenate([v, np.zeros((rows - have, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
 
 
 def _timeless(record: Any) -> Any:
