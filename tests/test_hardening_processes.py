@@ -84,9 +84,10 @@ def test_a_reused_pid_is_told_apart_by_its_start_time(tmp_path: Path) -> None:
 def start_hx_run(data_dir: Path, run_id: str) -> subprocess.Popen[str]:
     env = {**os.environ, "HX_DATA_DIR": str(data_dir)}
     env.pop("HX_NATS_URL", None)
-    # A session of its own: signals go to its process group, as a terminal's Ctrl-C would. 500 attempts:
-    # 100 took 9 s on an idle machine, which a test delayed by load could miss; every test ends it early.
-    return subprocess.Popen([sys.executable, "-m", "hx", "run", "--tasks", "50", "--attempts", "10",
+    # A session of its own: signals go to its process group, as a terminal's Ctrl-C would. 10,000 attempts,
+    # which no test lets finish: 500 once ran to the end (53 s, on two cores shared with other runs) before
+    # the test's signal arrived, and 100 took 9 s on an idle machine.
+    return subprocess.Popen([sys.executable, "-m", "hx", "run", "--tasks", "200", "--attempts", "50",
                              "--run-id", run_id], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -170,6 +171,7 @@ def test_ctrl_c_or_sigterm_ends_the_run_cleanly(tmp_path: Path, sig: signal.Sign
         wait_until_attempts_are_logged(tmp_path, "stopped", proc)
         jvms = game_jvms(proc.pid)
         assert jvms, "the run should be playing games in JVMs by now"
+        assert proc.poll() is None, "the run ended before it could be signalled"
         if group:
             os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole foreground group
         else:
