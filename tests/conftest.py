@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +14,15 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from streams.server import NatsProcess
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the suite Ctrl-C back when a shell started it in the background with SIGINT ignored."""
+    # An ignored signal stays ignored across exec: every hx command a test starts would ignore the
+    # SIGINT the test sends it (as a background job should), and the tests of Ctrl-C would fail or
+    # pass only through their SIGTERM fallback. A handled signal is reset to its default by exec.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

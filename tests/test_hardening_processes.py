@@ -85,8 +85,8 @@ def start_hx_run(data_dir: Path, run_id: str) -> subprocess.Popen[str]:
     env = {**os.environ, "HX_DATA_DIR": str(data_dir)}
     env.pop("HX_NATS_URL", None)
     # A session of its own: signals go to its process group, as a terminal's Ctrl-C would. 10,000 attempts,
-    # which no test lets finish: 500 once ran to the end (53 s, on two cores shared with other runs) before
-    # the test's signal arrived, and 100 took 9 s on an idle machine.
+    # more than any test lets finish, so a start slowed by load cannot race the signal (conftest.py makes
+    # sure the run does not inherit SIGINT ignored).
     return subprocess.Popen([sys.executable, "-m", "hx", "run", "--tasks", "200", "--attempts", "50",
                              "--run-id", run_id], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
