@@ -49,7 +49,7 @@ from streams.topology import TRACE
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong, named: its kind (edited, dropped, reordered, chain, fold, input) and where."""
+    """One thing wrong, named: its kind (edited, dropped, reordered, chain, fold, input, copy) and where."""
 
     kind: str
     text: str
