@@ -1,8 +1,9 @@
 """JetStream access for the ``eventsourcing`` recorders: atomic batches, direct reads, watches.
 
 One ``JetStreamDatastore`` holds one NATS connection driven from one ``LoopThread``; the
-recorders of a factory share it from any number of threads. NATS failures are translated
-into ``eventsourcing.persistence`` errors here, where they enter the library's world.
+recorders of a factory share it from any number of threads. Every call's NATS failure is
+translated into an ``eventsourcing.persistence`` error (by ``streams.es_replies``) before it
+leaves the datastore.
 """
 
 from __future__ import annotations
@@ -21,15 +22,7 @@ import msgspec
 import nats
 import nats.errors
 import nats.js.errors
-from eventsourcing.persistence import (
-    DataError,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    OperationalError,
-    PersistenceError,
-    ProgrammingError,
-)
+from eventsourcing.persistence import DataError, OperationalError, PersistenceError, ProgrammingError
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
@@ -37,50 +30,17 @@ from nats.js.api import DeliverPolicy
 from streams.config import NatsSettings
 from streams.es_bridge import LoopClosedError, LoopThread
 from streams.es_layout import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, OutMsg, StoredMsg, StreamLayout
-from streams.log import WRONG_LAST_SEQUENCE
+from streams.es_replies import ERR_STREAM_NAME_IN_USE, direct_get_error, parse_ack, stored_msg, translate
 from streams.redaction import mask_url
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# JetStream API error codes this module reacts to.
-ERR_BATCH_WRONG_LAST_SEQUENCE = 10164  # the same subject twice in one batch, each expecting 0
-ERR_BATCH_TOO_LARGE = 10199
-ERR_STREAM_NOT_FOUND = 10059
-ERR_STREAM_NAME_IN_USE = 10058
-CONFLICTS = frozenset({WRONG_LAST_SEQUENCE, ERR_BATCH_WRONG_LAST_SEQUENCE})
-
 READ_BATCH = 1000  # messages per direct-get round trip
 MAX_INFLIGHT_BATCHES = 32  # the server caps open atomic batches per stream (50 by default)
 CONNECT_TIMEOUT = 2.0
 GRACE = 1.0  # extra wait on the bridge beyond the NATS-level timeout of each call
-
-
-class _ApiError(msgspec.Struct):
-    """The ``error`` object of a JetStream API reply."""
-
-    code: int = 0
-    err_code: int = 0
-    description: str = ""
-
-
-class _Ack(msgspec.Struct):
-    """A JetStream publish acknowledgement (or its error)."""
-
-    seq: int = 0
-    count: int = 1
-    error: _ApiError | None = None
-
-
-class JetStreamApiError(Exception):
-    """An error reply from the JetStream API."""
-
-    def __init__(self, code: int, err_code: int, description: str) -> None:
-        self.code = code
-        self.err_code = err_code
-        self.description = description
-        super().__init__(f"{description} (code {code}, err_code {err_code})")
 
 
 class Stoppable(Protocol):
@@ -114,34 +74,6 @@ class Watch:
                 self._datastore.call(sub.unsubscribe(), "unsubscribe")
             except PersistenceError as e:
                 log.debug("unsubscribe failed: %s", e)
-
-
-def translate(e: BaseException, what: str, timeout: float) -> PersistenceError:
-    """Map a NATS-side failure to the ``eventsourcing.persistence`` error it means."""
-    if isinstance(e, PersistenceError):
-        return e
-    if isinstance(e, LoopClosedError):
-        return InterfaceError(f"{what}: the NATS connection is closed")
-    if isinstance(e, nats.js.errors.APIError):
-        e = JetStreamApiError(e.code or 0, e.err_code or 0, e.description or "")
-    if isinstance(e, JetStreamApiError):
-        if e.err_code in CONFLICTS:
-            return IntegrityError(f"{what}: rejected, a record at that position already exists ({e})")
-        if e.err_code == ERR_BATCH_TOO_LARGE:
-            return DataError(f"{what}: more events than the server's atomic batch limit ({e})")
-        if e.err_code == ERR_STREAM_NOT_FOUND:
-            return ProgrammingError(f"{what}: stream not found ({e})")
-        return OperationalError(f"{what}: JetStream error {e}")
-    if isinstance(e, nats.errors.MaxPayloadError):
-        return DataError(f"{what}: a message exceeds the server's max_payload")
-    if isinstance(e, nats.errors.NoRespondersError):
-        return ProgrammingError(f"{what}: no JetStream stream answers for the subject (not created?)")
-    if isinstance(e, TimeoutError | nats.errors.TimeoutError):
-        return OperationalError(f"{what}: no reply from NATS within {timeout}s (a write may or may not be stored)")
-    if isinstance(e, nats.errors.Error | OSError):
-        return OperationalError(f"{what}: NATS failure ({type(e).__name__})")
-    # Unexpected: name the type only, its text might carry connection details.
-    return InternalError(f"{what}: unexpected {type(e).__name__}")
 
 
 async def _quiet_error_cb(e: Exception) -> None:
@@ -290,12 +222,7 @@ class JetStreamDatastore:
             for msg, headers in body:
                 await nc.publish(msg.subject, msg.data, headers=headers)
             reply = await nc.request(final.subject, final.data, timeout=self.timeout, headers=final_headers)
-        ack = msgspec.json.decode(reply.data, type=_Ack)
-        if ack.error is not None:
-            raise JetStreamApiError(ack.error.code, ack.error.err_code, ack.error.description)
-        if ack.count != len(msgs):
-            raise OperationalError(f"JetStream stored {ack.count} of {len(msgs)} messages of an atomic batch")
-        return ack.seq, ack.count
+        return parse_ack(reply.data, len(msgs))
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -311,8 +238,8 @@ class JetStreamDatastore:
         if status == "404":
             return None
         if status is not None:
-            raise _direct_get_error(status, headers)
-        return _stored(reply)
+            raise direct_get_error(status, headers)
+        return stored_msg(reply)
 
     def read(
         self, stream: str, subject_filter: str, start: int, limit: int | None, stop: int | None,
@@ -367,14 +294,14 @@ class JetStreamDatastore:
         headers = msg.headers or {}
         status = headers.get("Status")
         if status is None:
-            collector.msgs.append(_stored(msg))
+            collector.msgs.append(stored_msg(msg))
         elif status == "204":  # end of batch
             collector.pending = int(headers.get("Nats-Num-Pending", "0"))
             collector.done.set_result(None)
         elif status == "404":  # nothing (more) matches
             collector.done.set_result(None)
         else:
-            collector.done.set_exception(_direct_get_error(status, headers))
+            collector.done.set_exception(direct_get_error(status, headers))
 
     # -- change notification ---------------------------------------------------------------
 
@@ -417,15 +344,3 @@ def _header_size(headers: dict[str, str]) -> int:
     """Bytes the headers take on the wire ("NATS/1.0" line, "k: v" lines, blank line)."""
     return 12 + sum(len(key) + len(value.encode()) + 4 for key, value in headers.items())
 
-
-def _direct_get_error(status: str, headers: dict[str, str]) -> JetStreamApiError:
-    """The error a direct-get reply's ``Status`` header reports."""
-    return JetStreamApiError(int(status), 0, str(headers.get("Description", "direct get failed")))
-
-
-def _stored(msg: Msg) -> StoredMsg:
-    """A direct-get reply as a ``StoredMsg``."""
-    headers = msg.headers or {}
-    return StoredMsg(
-        seq=int(headers["Nats-Sequence"]), subject=headers["Nats-Subject"], headers=headers, data=msg.data,
-    )
