@@ -33,11 +33,11 @@ from hx.aegis.metrics import metrics
 from hx.aegis.operations import apply
 from hx.aegis.planner import plan
 from hx.aegis.settings import EvolveSettings, Progress
+from hx.aegis.shipping import fork, ship, ship_approved
 from hx.aegis.state import RunState, revised
 from hx.aegis.trials import Trials, game_scores
-from hx.aegis.variants import fork_name, pool_full, route, weakest
+from hx.aegis.variants import route
 from hx.bench.splits import round_roles
-from hx.harness.errors import CompositionError
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,
@@ -47,7 +47,6 @@ from schemas.ledger import (
     CriticJudged,
     EvolutionFinished,
     GateJudged,
-    HarnessShipped,
     HeldoutScored,
     LandscapePlanned,
     LedgerEvent,
@@ -55,8 +54,6 @@ from schemas.ledger import (
     RoundDecided,
     RoundDigested,
     RoundOutcome,
-    VariantForked,
-    VariantRetired,
 )
 
 E = TypeVar("E", bound=LedgerEvent)
@@ -168,7 +165,7 @@ class Evolution:
         """Run round ``t`` (or finish it, on resume) and record its decision."""
         trials = self.trials
         trials.stage_round, trials.rollouts = t, 0
-        await self._ship_approved(t)
+        await ship_approved(self, t, max_variants=self.settings.max_variants, digests=trials.digests)
         await self._model_in_force(t)
         digested = await self._digest(t)
         digests = digested.digests
@@ -312,12 +309,13 @@ class Evolution:
                 continue
             if verdict.outcome == "fork":
                 if not forked and self.settings.strategy == "ensemble":
-                    await self._fork(t, cand, verdict, state)
+                    await fork(self, t, cand, verdict, state, max_variants=self.settings.max_variants,
+                               digests=self.trials.digests)
                     forked = True
                 continue
             shipped.setdefault(variant, []).append(cand)
         for variant, cands in shipped.items():
-            await self._ship(t, variant, cands)
+            await ship(self, t, variant, cands)
         ids = tuple(c.candidate for cs in shipped.values() for c in cs)
         if ids or forked:
             done = [f"{len(cs)} edit(s) to {v}" for v, cs in shipped.items()] + ["a variant forked"] * forked
@@ -356,47 +354,6 @@ class Evolution:
         answer = await self.approver(cand, verdict)
         await self.append(ApprovalGiven(run_id=self.run_id, candidate=cand.candidate, approved=answer, by="prompt"))
         return answer
-
-    async def _ship(self, t: int, variant: str, cands: Sequence[CandidateProposed]) -> None:
-        state = self.state()
-        base = state.variants[variant].harness
-        ops = tuple(op for c in cands for op in c.operations)
-        try:
-            harness = apply(base, ops)
-        except CompositionError:
-            cands, ops = cands[:1], cands[0].operations
-            harness = apply(base, ops)
-        await self.append(HarnessShipped(run_id=self.run_id, round=t, variant=variant,
-                                         candidates=tuple(c.candidate for c in cands), digest_before=base.digest,
-                                         digest_after=harness.digest, operations=ops, harness=harness.to_dict()))
-
-    async def _fork(self, t: int, cand: CandidateProposed, verdict: Verdict, state: RunState) -> None:
-        if pool_full(state, self.settings.max_variants):
-            victim = weakest(state, [d for ds in self.trials.digests.values() for d in ds])
-            if victim is None:
-                return
-            await self.append(VariantRetired(run_id=self.run_id, round=t, variant=victim,
-                                             reason=f"the pool of {self.settings.max_variants} variants was full"))
-            state = self.state()
-        harness = apply(state.variants[cand.variant].harness, cand.operations)
-        await self.append(VariantForked(run_id=self.run_id, round=t, parent=cand.variant, variant=fork_name(state),
-                                        candidate=cand.candidate, digest=harness.digest, operations=cand.operations,
-                                        harness=harness.to_dict(), clusters=verdict.clusters))
-
-    async def _ship_approved(self, t: int) -> None:
-        """Ship (or fork) the candidates a human approved since, if their variant has not changed meanwhile."""
-        state = self.state()
-        for cand in state.pending():
-            proposal, gate = cand.proposal, cand.gate
-            variant = state.variants.get(proposal.variant)
-            if not cand.approval or gate is None or variant is None or variant.retired or \
-                    proposal.base_digest != variant.harness.digest:
-                continue
-            if gate.outcome == "fork":
-                await self._fork(t, proposal, Verdict.of(gate), state)
-            else:
-                await self._ship(t, proposal.variant, [proposal])
-            state = self.state()
 
     async def _decide(self, t: int, outcome: RoundOutcome, reason: str, shipped: tuple[str, ...] = ()) -> RoundDecided:
         state = self.state()
