@@ -57,7 +57,8 @@ from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory
 from projections.trace_store import TraceStore
 from schemas.envelope import decode_message, encode_body, headers_for
-from streams.log import Entry, EventLog
+from streams.log import EventLog
+from streams.outgoing import Entry
 from streams.server import NatsProcess, nats_server_binary
 from streams.topology import TRACE, apply_topology
 

@@ -15,7 +15,7 @@ import msgspec
 from schemas.event import Event
 from schemas.hooks import AfterModel, BeforeModel, HookRecord, StepEnd, StepStart
 from schemas.lifecycle import AttemptFinished, AttemptStarted
-from streams.log import Entry
+from streams.outgoing import Entry
 from streams.topology import trace_subject
 
 EVENTS_PER_ATTEMPT = 64

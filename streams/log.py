@@ -1,8 +1,7 @@
 """The event log's write side: ``EventLog`` and its typed, batched, framed and conditional appends.
 
-Appends carry a deterministic ``Nats-Msg-Id``: the caller's key (an event's position in
-its run, e.g. ``<subject>#<n>``) or, without one, a hash of subject, type and body. A
-retried append therefore lands once. Every ack has a timeout: nats-py's
+Appends carry a deterministic ``Nats-Msg-Id`` (the messages and their ids are built in
+``streams.outgoing``), so a retried append lands once. Every ack has a timeout: nats-py's
 ``publish_async`` never resolves a future the server rejected (nats.py issue 985), so a
 batch that times out is retried message by message, and what stays unacknowledged is
 reported, never silently dropped.
@@ -19,7 +18,6 @@ fetch sizing and the quarantine of what cannot be read are in ``streams.reading`
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Iterable, Sequence
@@ -32,26 +30,14 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
-from schemas.envelope import (
-    DEFLATE,
-    FRAME_TYPE,
-    HX_ENCODING,
-    MSG_ID,
-    EncodedEvent,
-    Record,
-    deflate,
-    encode_body,
-    encode_frame_bodies,
-    encoded,
-    headers_for,
-    inflate,
-)
+from schemas.envelope import MSG_ID, EncodedEvent, Record
 from schemas.event import Event
 from streams import reading
 from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
 from streams.integrity import Heads
+from streams.outgoing import Entry, Outgoing, encoded_frame_message, entry_message, frame_message, pack_frames
 from streams.quarantine import Quarantine
-from streams.redaction import known_bytes, needs_scrub, scrub_body
+from streams.redaction import known_bytes
 from streams.topology import LEDGER, TRACE, stream_of
 
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
@@ -65,15 +51,6 @@ _RETRYABLE = (asyncio.TimeoutError, nats.errors.ConnectionClosedError, nats.erro
 
 
 @dataclass(frozen=True)
-class Entry:
-    """One event to append: where it goes and the key that makes its append idempotent."""
-
-    subject: str
-    event: Event
-    key: str | None = None
-
-
-@dataclass(frozen=True)
 class Appended:
     """The server's acknowledgement of one stored message."""
 
@@ -82,24 +59,7 @@ class Appended:
     duplicate: bool = False
 
 
-@dataclass(frozen=True)
-class _Outgoing:
-    subject: str
-    body: bytes
-    headers: dict[str, str]
-    key: str
-
-    def rejected(self, exc: APIError) -> LogError:
-        """The error for a message the server refused."""
-        return LogError(f"append to {self.subject!r} rejected: {exc.description}")
-
-    def too_large(self, max_payload: int) -> LogError:
-        """The error for a message over the server's payload limit."""
-        return LogError(f"append to {self.subject!r}: {len(self.body)} bytes exceed the server's maximum payload "
-                        f"({max_payload})")
-
-
-async def _await_ack(out: _Outgoing, fut: asyncio.Future[PubAck], deadline: float) -> Appended:
+async def _await_ack(out: Outgoing, fut: asyncio.Future[PubAck], deadline: float) -> Appended:
     """``out``'s ack by ``deadline`` (monotonic); a refusal is a ``LogError``, a lost ack (retryable) is re-raised.
 
     On a retryable error the future is cancelled: that frees nats-py's pending slot, and the
@@ -117,17 +77,10 @@ async def _await_ack(out: _Outgoing, fut: asyncio.Future[PubAck], deadline: floa
     return Appended(ack.seq, out.key, bool(ack.duplicate))
 
 
-COMPRESS_MIN_BYTES = 16 * 1024
-"""Frames from ``send_frame`` at least this large are deflated. A run loop's frames repeat a step's
-observation and tool result in several events (hook records before and after, the tool and environment
-events): zlib level 1 shrinks them ~13x at ~375 MB/s, less work than the client and the server spend
-moving the raw bytes."""
-
-
 class PendingAppend:
     """A message sent without waiting for its ack; ``result`` waits for it (and sends it again if it was lost)."""
 
-    def __init__(self, log: EventLog, out: _Outgoing, ack: asyncio.Future[PubAck] | None) -> None:
+    def __init__(self, log: EventLog, out: Outgoing, ack: asyncio.Future[PubAck] | None) -> None:
         self._log = log
         self._out = out
         self._ack = ack
@@ -154,21 +107,6 @@ class PendingAppend:
         return self._done
 
 
-def _scrubbed_frame(items: Sequence[EncodedEvent]) -> bytes:
-    """A frame body with no secret in it: the usual case costs one byte search per known secret."""
-    body = encode_frame_bodies(items)
-    known = known_bytes()
-    if not needs_scrub(body, known):
-        return body
-    return encode_frame_bodies([(t, v, scrub_body(b, known)) for t, v, b in items])
-
-
-def content_key(subject: str, type_name: str, body: bytes) -> str:
-    """The default message id: a hash of where the event goes and what it says."""
-    digest = hashlib.sha256(subject.encode() + b"\0" + type_name.encode() + b"\0" + body).hexdigest()
-    return digest[:40]
-
-
 class EventLog:
     """Typed, idempotent access to hx's JetStream streams."""
 
@@ -190,27 +128,12 @@ class EventLog:
         self.retried = 0
         """How many message appends were sent again after a lost or late ack."""
 
-    # --- encoding --------------------------------------------------------------------
-
-    @staticmethod
-    def _outgoing(entry: Entry, now_ns: int, known: tuple[bytes, ...] | None = None) -> _Outgoing:
-        body = scrub_body(encode_body(entry.event), known)
-        cls = type(entry.event)
-        key = entry.key or content_key(entry.subject, cls.TYPE, body)
-        return _Outgoing(entry.subject, body, headers_for(cls.TYPE, cls.VERSION, key, now_ns), key)
-
-    @staticmethod
-    def _frame(subject: str, events: Sequence[Event], key: str | None, now_ns: int) -> _Outgoing:
-        body = _scrubbed_frame([encoded(e) for e in events])
-        key = key or content_key(subject, FRAME_TYPE, body)
-        return _Outgoing(subject, body, headers_for(FRAME_TYPE, 1, key, now_ns, count=len(events)), key)
-
     # --- appends ---------------------------------------------------------------------
 
     async def append(self, subject: str, event: Event, *, key: str | None = None,
                      expected_last_seq: int | None = None) -> Appended:
         """Append one event and wait for its ack; with ``expected_last_seq``, only if the subject is there."""
-        out = self._outgoing(Entry(subject, event, key), time.time_ns())
+        out = entry_message(Entry(subject, event, key), time.time_ns())
         if expected_last_seq is not None:
             out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         return await self._publish_one(out, expected_last_seq)
@@ -220,7 +143,7 @@ class EventLog:
         """Append several events as one message: stored together or not at all."""
         if not events:
             raise ValueError("a frame needs at least one event")
-        out = self._frame(subject, events, key, time.time_ns())
+        out = frame_message(subject, events, key, time.time_ns())
         if expected_last_seq is not None:
             out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         return await self._publish_one(out, expected_last_seq)
@@ -228,8 +151,8 @@ class EventLog:
     async def send_frame(self, subject: str, items: Sequence[EncodedEvent], *, key: str) -> PendingAppend:
         """Send a frame of already encoded events without waiting for its ack; await ``result()`` for it.
 
-        A frame of ``COMPRESS_MIN_BYTES`` or more goes deflated (``Hx-Encoding: deflate``);
-        this log's readers inflate it before decoding.
+        A frame of ``COMPRESS_MIN_BYTES`` (``streams.outgoing``) or more goes deflated
+        (``Hx-Encoding: deflate``); this log's readers inflate it before decoding.
 
         Messages from one client reach the server in order, but a message lost in a reconnect
         can be overtaken by later ones: to keep a subject's frames in order, await a frame's
@@ -237,23 +160,18 @@ class EventLog:
         """
         if not items:
             raise ValueError("a frame needs at least one event")
-        body = _scrubbed_frame(items)
-        headers = headers_for(FRAME_TYPE, 1, key, time.time_ns(), count=len(items))
-        if len(body) >= COMPRESS_MIN_BYTES:
-            body = deflate(body)
-            headers[HX_ENCODING] = DEFLATE
-        out = _Outgoing(subject, body, headers, key)
-        if len(body) > self.nc.max_payload:
+        out = encoded_frame_message(subject, items, key, time.time_ns())
+        if len(out.body) > self.nc.max_payload:
             raise out.too_large(self.nc.max_payload)
         if not self.nc.is_connected:  # see _pipeline: publish_async would leak a pending slot
             return PendingAppend(self, out, None)
         try:
-            fut = await self.js.publish_async(subject, body, headers=out.headers)
+            fut = await self.js.publish_async(subject, out.body, headers=out.headers)
         except _RETRYABLE:
             return PendingAppend(self, out, None)
         return PendingAppend(self, out, fut)
 
-    async def _publish_one(self, out: _Outgoing, expected: int | None) -> Appended:
+    async def _publish_one(self, out: Outgoing, expected: int | None) -> Appended:
         last_error: BaseException | None = None
         for attempt in range(self.retries + 1):
             if self.gone is not None:
@@ -283,7 +201,7 @@ class EventLog:
         raise AppendTimeout(f"append to {out.subject!r} (key {out.key}) not acknowledged after "
                             f"{self.retries + 1} tries: {type(last_error).__name__}")
 
-    async def _stored_after(self, out: _Outgoing, expected: int) -> Appended | None:
+    async def _stored_after(self, out: Outgoing, expected: int) -> Appended | None:
         """Our own message when a conditional append was refused because it is already stored, else None.
 
         The server checks the expected subject sequence before the message id, so a
@@ -312,9 +230,9 @@ class EventLog:
         now = time.time_ns()
         if frame_size <= 1:
             known = known_bytes()  # once per batch, not per event
-            outgoing = [self._outgoing(e, now, known) for e in entries]
+            outgoing = [entry_message(e, now, known) for e in entries]
         else:
-            outgoing = self._pack(list(entries), frame_size, now)
+            outgoing = pack_frames(list(entries), frame_size, now)
         for out in outgoing:  # before sending anything (a failed publish_async would also leak a slot)
             if len(out.body) > self.nc.max_payload:
                 raise out.too_large(self.nc.max_payload)
@@ -336,22 +254,7 @@ class EventLog:
             await self.heads.record([await self.js.stream_info(LEDGER.name)])
         return [r for r in results if r is not None]
 
-    def _pack(self, entries: list[Entry], frame_size: int, now: int) -> list[_Outgoing]:
-        out: list[_Outgoing] = []
-        i = 0
-        while i < len(entries):
-            subject = entries[i].subject
-            j = i
-            while j < len(entries) and j - i < frame_size and entries[j].subject == subject:
-                j += 1
-            # A frame's key derives from its first event's key, so a retried batch dedupes.
-            first = entries[i].key
-            out.append(self._frame(subject, [e.event for e in entries[i:j]],
-                                   f"{first}+{j - i}" if first else None, now))
-            i = j
-        return out
-
-    async def _pipeline(self, outgoing: list[_Outgoing], indexes: list[int],
+    async def _pipeline(self, outgoing: list[Outgoing], indexes: list[int],
                         results: list[Appended | None]) -> tuple[list[int], str]:
         """Send the given messages with a bounded window; return the ones not acked and why."""
         inflight: deque[tuple[int, asyncio.Future[PubAck], float]] = deque()
@@ -423,5 +326,4 @@ class EventLog:
             yield record
 
 
-__all__ = ["DEFLATE", "HX_ENCODING", "MSG_ID", "Appended", "EncodedEvent", "Entry", "EventLog", "PendingAppend",
-           "content_key", "deflate", "encode_frame_bodies", "inflate"]
+__all__ = ["MSG_ID", "Appended", "EncodedEvent", "EventLog", "PendingAppend"]

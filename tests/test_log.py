@@ -30,7 +30,8 @@ from schemas.errors import HxError
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
-from streams.log import Appended, Entry, EventLog, content_key
+from streams.log import Appended, EventLog
+from streams.outgoing import Entry, content_key
 from streams.topology import LEARN, LEDGER, TRACE, trace_filter, trace_subject
 
 S1 = trace_subject("run-1", 1, "task.a", 0)

@@ -14,7 +14,8 @@ from schemas import HX_SCHEMA_VERSION, HX_TYPE, EnvObservation, Record, RunStart
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.errors import UnacknowledgedAppends
-from streams.log import Appended, Entry, EventLog
+from streams.log import Appended, EventLog
+from streams.outgoing import Entry
 from streams.server import NatsProcess
 from streams.topology import TRACE, trace_subject
 

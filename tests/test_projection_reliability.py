@@ -40,7 +40,8 @@ from schemas import (
 )
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
-from streams.log import Entry, EventLog
+from streams.log import EventLog
+from streams.outgoing import Entry
 from streams.topology import trace_subject
 
 pytestmark = pytest.mark.slow

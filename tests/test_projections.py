@@ -59,7 +59,8 @@ from schemas import (
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TIME, HX_TYPE, encode_body
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
-from streams.log import Entry, EventLog
+from streams.log import EventLog
+from streams.outgoing import Entry
 from streams.topology import BLOB_STORE, POSITIONS_BUCKET, trace_subject
 
 PROJECTIONS: dict[str, Callable[[], Projection[Any]]] = {"trace_store": TraceStore, "task_history": TaskHistory}

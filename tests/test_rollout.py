@@ -28,12 +28,13 @@ from hx.harnesses import families, starter_harness, starter_harness_text
 from hx.runtime.loop import AttemptResult
 from hx.runtime.tracer import NullWriter
 from projections.task_history import pass_at_k
-from schemas.envelope import Record, encode_body
+from schemas.envelope import DEFLATE, HX_ENCODING, Record, deflate, encode_body, inflate
 from schemas.hooks import HookRecord
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
-from streams.log import COMPRESS_MIN_BYTES, DEFLATE, HX_ENCODING, EventLog, deflate, inflate
+from streams.log import EventLog
+from streams.outgoing import COMPRESS_MIN_BYTES
 from streams.redaction import public
 from streams.topology import TRACE, trace_filter, trace_subject
 

@@ -43,7 +43,7 @@ from schemas.lifecycle import (
 from schemas.messages import Message, TaskSpec, TokenLogprob, ToolCall, ToolResult, ToolSchema, TopLogprob, Usage
 from schemas.model import ModelRequest, ModelResponse
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned, VerifierScore
-from streams.log import Entry
+from streams.outgoing import Entry
 from streams.topology import trace_subject
 
 MODEL = "scripted:coin-walker"
