@@ -1,19 +1,29 @@
-"""Shipping (``hx.aegis.shipping``): a fork into a full pool of variants retires one first, and the
-ledger records and the state folded from it say which, on runs written record by record."""
+"""Shipping (``hx.aegis.shipping``): passing candidates shipped together or the first alone, approvals
+shipped later, and a fork into a full pool of variants retiring one first; the ledger records and the
+state folded from them say what happened, on runs written record by record."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from ledger_run import LedgerRun
 
 from hx.aegis.gate import Verdict
-from hx.aegis.shipping import fork
+from hx.aegis.shipping import fork, ship, ship_approved
 from hx.aegis.state import RunState
 from hx.harness.processor import processor_type
 from schemas.edits import Attach
 from schemas.landscape import TaskDigest
-from schemas.ledger import LedgerEvent, VariantForked, VariantRetired
+from schemas.ledger import (
+    ApprovalGiven,
+    ApprovalRequested,
+    GateJudged,
+    HarnessShipped,
+    LedgerEvent,
+    VariantForked,
+    VariantRetired,
+)
 
 
 def attach(name: str) -> Attach:
@@ -103,3 +113,87 @@ def test_a_fork_with_room_in_the_pool_retires_nothing() -> None:
     (forked,) = fork_c_r1_01(run, 4, [digest("twx:c:1", "v0", 0)])
     assert isinstance(forked, VariantForked) and forked.variant == "v3"
     assert sorted(run.state.live()) == ["v0", "v1", "v2", "v3"]
+
+
+def attached(run: LedgerRun, variant: str = "v0") -> set[str]:
+    """The processor types a variant's harness holds."""
+    return {a.type for a in run.state.variants[variant].harness.attachments}
+
+
+def test_candidates_that_compose_ship_together_in_one_record() -> None:
+    run = LedgerRun()
+    cands = [run.proposed(0, "C-R0-01", (attach("undo_guard"),)), run.proposed(0, "C-R0-02", (attach("task_notes"),))]
+    before = run.state.variants["v0"].harness.digest
+    asyncio.run(ship(Ledger(run), 0, "v0", cands))
+    (shipped,) = run.records[-1:]
+    assert isinstance(shipped, HarnessShipped)
+    assert shipped.candidates == ("C-R0-01", "C-R0-02") and shipped.digest_before == before
+    assert {"undo_guard", "task_notes"} <= attached(run)
+    assert [s.candidate for s in run.state.ships] == ["C-R0-01", "C-R0-02"]
+
+
+def test_candidates_that_clash_together_ship_the_first_alone() -> None:
+    run = LedgerRun()
+    # each passes alone; together they attach one singleton group twice
+    cands = [run.proposed(0, "C-R0-01", (attach("undo_guard"),)),
+             run.proposed(0, "C-R0-02", (attach("undo_guard"), attach("task_notes")))]
+    asyncio.run(ship(Ledger(run), 0, "v0", cands))
+    shipped = run.records[-1]
+    assert isinstance(shipped, HarnessShipped) and shipped.candidates == ("C-R0-01",)
+    assert "undo_guard" in attached(run) and "task_notes" not in attached(run)
+
+
+def waiting(run: LedgerRun, cid: str, outcome: Literal["ship", "fork"] = "ship",
+            clusters: tuple[str, ...] = ()) -> None:
+    """Record a passing verdict on ``cid`` that waits for a human."""
+    cand = run.state.candidates[cid].proposal
+    run.records += [GateJudged(run_id=run.run_id, round=cand.round, candidate=cid, variant=cand.variant, passed=True,
+                               checks=(), outcome=outcome, clusters=clusters),
+                    ApprovalRequested(run_id=run.run_id, round=cand.round, candidate=cid, risk=0.9,
+                                      reason="risky")]
+
+
+def answered(run: LedgerRun, cid: str, approved: bool) -> None:
+    """Record a human's answer."""
+    run.records.append(ApprovalGiven(run_id=run.run_id, candidate=cid, approved=approved))
+
+
+def test_an_approved_candidate_ships_in_a_later_round_and_a_refused_one_does_not() -> None:
+    run = LedgerRun()
+    run.proposed(0, "C-R0-01", (attach("undo_guard"),))
+    run.proposed(0, "C-R0-02", (attach("task_notes"),))
+    waiting(run, "C-R0-01")
+    waiting(run, "C-R0-02")
+    answered(run, "C-R0-01", True)
+    answered(run, "C-R0-02", False)
+    asyncio.run(ship_approved(Ledger(run), 2, max_variants=3, digests={}))
+    shipped = [r for r in run.records if isinstance(r, HarnessShipped)]
+    assert [(s.round, s.candidates) for s in shipped] == [(2, ("C-R0-01",))]
+    assert "task_notes" not in attached(run)
+    assert run.state.pending() == []
+
+
+def test_an_approval_for_a_harness_that_has_changed_since_is_not_shipped() -> None:
+    run = LedgerRun()
+    run.proposed(0, "C-R0-01", (attach("undo_guard"),))
+    run.proposed(0, "C-R0-02", (attach("task_notes"),))
+    waiting(run, "C-R0-01")
+    waiting(run, "C-R0-02")
+    answered(run, "C-R0-01", True)
+    answered(run, "C-R0-02", True)
+    # both were judged on the same harness: once the first ships, the second's base is gone
+    asyncio.run(ship_approved(Ledger(run), 2, max_variants=3, digests={}))
+    shipped = [r.candidates for r in run.records if isinstance(r, HarnessShipped)]
+    assert shipped == [("C-R0-01",)]
+    assert "task_notes" not in attached(run)
+
+
+def test_an_approved_fork_becomes_a_variant() -> None:
+    run = LedgerRun()
+    run.proposed(0, "C-R0-01", (attach("undo_guard"),))
+    waiting(run, "C-R0-01", outcome="fork", clusters=("twx:a",))
+    answered(run, "C-R0-01", True)
+    asyncio.run(ship_approved(Ledger(run), 1, max_variants=3, digests={}))
+    forked = run.records[-1]
+    assert isinstance(forked, VariantForked) and (forked.variant, forked.clusters) == ("v1", ("twx:a",))
+    assert run.state.route("twx:a") == "v1" and "undo_guard" in attached(run, "v1")
