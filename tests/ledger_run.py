@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from hx.aegis.operations import apply, buckets_of, dimensions_of
 from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
+from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness
-from schemas.edits import AnyEditOp, Manifest
+from schemas.edits import AnyEditOp, Attach, Manifest
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
     CandidateProposed,
@@ -22,6 +23,11 @@ from schemas.ledger import (
 )
 
 STARTER = starter_harness("textworld")
+
+
+def attach(name: str, **params: object) -> Attach:
+    """Attach a library processor at every hook it serves, with ``params``."""
+    return Attach(processor=name, hooks=processor_type(name).accepted_hooks(), params=dict(params))
 
 
 class LedgerRun:

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from ledger_run import LedgerRun
+from ledger_run import LedgerRun, attach
 
 from hx.aegis import levers
 from hx.aegis.evolvers.base import Context, Proposal
@@ -42,11 +42,6 @@ from schemas.messages import Message, ToolCall, ToolResult
 
 RUN = "evolve-run"
 BASE = starter_harness("textworld")
-
-
-def attach(name: str, **params: object) -> Attach:
-    """Attach a library processor at every hook it serves."""
-    return Attach(processor=name, hooks=processor_type(name).accepted_hooks(), params=dict(params))
 
 
 def failing(name: str, category: str, *, variant: str = "v0", implicated: tuple[str, ...] = (),

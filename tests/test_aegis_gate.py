@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
+from ledger_run import attach
 from toyworld import ToyWorld
 
 import hx.harness.processor as processor_module
@@ -371,11 +372,6 @@ def proposal(cid: str, ops: tuple[AnyEditOp, ...], flips: Sequence[str], categor
 def opened() -> LedgerOpened:
     """The first record of a run on the starter harness."""
     return LedgerOpened(run_id="gate-run", strategy="ensemble", harness=BASE.to_dict(), digest=BASE.digest)
-
-
-def attach(name: str) -> Attach:
-    """Attach a library processor at every hook it serves."""
-    return Attach(processor=name, hooks=processor_type(name).accepted_hooks())
 
 
 def test_a_prediction_is_supported_by_a_failing_task_of_a_claimed_category() -> None:

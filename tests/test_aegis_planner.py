@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from ledger_run import LedgerRun
+from ledger_run import LedgerRun, attach
 
 from hx.aegis import levers
 from hx.aegis.operations import apply, bucket_of
@@ -14,16 +14,11 @@ from hx.aegis.planner import DIMENSIONS, failure_groups, plan, regressions
 from hx.harness.config import HarnessConfig
 from hx.harness.processor import processor_type, registered
 from hx.harnesses import starter_harness
-from schemas.edits import BUCKETS, AnyEditOp, Attach, Remove, Reparam
+from schemas.edits import BUCKETS, AnyEditOp, Remove, Reparam
 from schemas.landscape import FAILURE_CATEGORIES, FailureGroup, Lever, Regression, TaskDigest
 
 RUN = "plan-run"
 BASE = starter_harness("textworld")
-
-
-def attach(name: str) -> Attach:
-    """Attach a library processor at every hook it serves."""
-    return Attach(processor=name, hooks=processor_type(name).accepted_hooks())
 
 
 def task(name: str, *, passes: int = 0, category: str = "", variant: str = "v0",

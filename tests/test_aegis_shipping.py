@@ -7,13 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from ledger_run import LedgerRun
+from ledger_run import LedgerRun, attach
 
 from hx.aegis.gate import Verdict
 from hx.aegis.shipping import fork, ship, ship_approved
 from hx.aegis.state import RunState
-from hx.harness.processor import processor_type
-from schemas.edits import Attach
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,
@@ -24,11 +22,6 @@ from schemas.ledger import (
     VariantForked,
     VariantRetired,
 )
-
-
-def attach(name: str) -> Attach:
-    """Attach a library processor at every hook it serves."""
-    return Attach(processor=name, hooks=processor_type(name).accepted_hooks())
 
 
 def digest(task: str, variant: str, passes: int) -> TaskDigest:
@@ -158,15 +151,22 @@ def answered(run: LedgerRun, cid: str, approved: bool) -> None:
     run.records.append(ApprovalGiven(run_id=run.run_id, candidate=cid, approved=approved))
 
 
-def test_an_approved_candidate_ships_in_a_later_round_and_a_refused_one_does_not() -> None:
+def two_answered(second: bool) -> LedgerRun:
+    """Two candidates judged on v0's starter harness, both waiting for a human: the first approved, the second
+    as told; then the approvals shipped in round 2."""
     run = LedgerRun()
     run.proposed(0, "C-R0-01", (attach("undo_guard"),))
     run.proposed(0, "C-R0-02", (attach("task_notes"),))
     waiting(run, "C-R0-01")
     waiting(run, "C-R0-02")
     answered(run, "C-R0-01", True)
-    answered(run, "C-R0-02", False)
+    answered(run, "C-R0-02", second)
     asyncio.run(ship_approved(Ledger(run), 2, max_variants=3, digests={}))
+    return run
+
+
+def test_an_approved_candidate_ships_in_a_later_round_and_a_refused_one_does_not() -> None:
+    run = two_answered(False)
     shipped = [r for r in run.records if isinstance(r, HarnessShipped)]
     assert [(s.round, s.candidates) for s in shipped] == [(2, ("C-R0-01",))]
     assert "task_notes" not in attached(run)
@@ -174,15 +174,7 @@ def test_an_approved_candidate_ships_in_a_later_round_and_a_refused_one_does_not
 
 
 def test_an_approval_for_a_harness_that_has_changed_since_is_not_shipped() -> None:
-    run = LedgerRun()
-    run.proposed(0, "C-R0-01", (attach("undo_guard"),))
-    run.proposed(0, "C-R0-02", (attach("task_notes"),))
-    waiting(run, "C-R0-01")
-    waiting(run, "C-R0-02")
-    answered(run, "C-R0-01", True)
-    answered(run, "C-R0-02", True)
-    # both were judged on the same harness: once the first ships, the second's base is gone
-    asyncio.run(ship_approved(Ledger(run), 2, max_variants=3, digests={}))
+    run = two_answered(True)  # both judged on one harness: once the first ships, the second's base is gone
     shipped = [r.candidates for r in run.records if isinstance(r, HarnessShipped)]
     assert shipped == [("C-R0-01",)]
     assert "task_notes" not in attached(run)

@@ -7,12 +7,12 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote
 
 import msgspec
 import pytest
 from hx_cli import error_line, hx, ok
+from ledger_run import attach
 from toybench import RANDOM, ToyBench
 
 from hx.aegis.ledger import Ledger
@@ -21,7 +21,6 @@ from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.cli import export as export_cli
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
-from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness
 from schemas.edits import Anchor, Attach, Manifest
 from schemas.event import event_type
@@ -56,10 +55,6 @@ A, B, C, D = "toy:walk:dev:100", "toy:walk:dev:101", "toy:easy:dev:100", "toy:ea
 CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
 MAIN_TRACE_ROUNDS = {0: 1, 1: 4}
 """Evolution round -> the trace round of its main rollout (0 is the held-out round before, 2, 3 gates)."""
-
-
-def attach(name: str, **params: Any) -> Attach:
-    return Attach(processor=name, hooks=processor_type(name).accepted_hooks(), params=params)
 
 
 def digest(task: str, solved: bool, *, category: str = "", continuity: Continuity = "new", variant: str = "v0",
