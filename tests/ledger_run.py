@@ -30,6 +30,15 @@ def attach(name: str, **params: object) -> Attach:
     return Attach(processor=name, hooks=processor_type(name).accepted_hooks(), params=dict(params))
 
 
+def task(name: str, *, passes: int = 0, category: str = "", variant: str = "v0",
+         implicated: tuple[str, ...] = ()) -> TaskDigest:
+    """One task's digest (two attempts)."""
+    if not passes and not category:
+        category = "no_progress"
+    return TaskDigest(task=name, cluster=":".join(name.split(":")[:2]), variant=variant, attempts=2, passes=passes,
+                      category="" if passes else category, implicated=implicated)
+
+
 class LedgerRun:
     """The records of one run, starting at its ``LedgerOpened``, and the state they fold into."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from ledger_run import LedgerRun, attach
+from ledger_run import LedgerRun, attach, task
 
 from hx.aegis import levers
 from hx.aegis.operations import apply, bucket_of
@@ -15,19 +15,10 @@ from hx.harness.config import HarnessConfig
 from hx.harness.processor import processor_type, registered
 from hx.harnesses import starter_harness
 from schemas.edits import BUCKETS, AnyEditOp, Remove, Reparam
-from schemas.landscape import FAILURE_CATEGORIES, FailureGroup, Lever, Regression, TaskDigest
+from schemas.landscape import FAILURE_CATEGORIES, FailureGroup, Lever, Regression
 
 RUN = "plan-run"
 BASE = starter_harness("textworld")
-
-
-def task(name: str, *, passes: int = 0, category: str = "", variant: str = "v0",
-         implicated: tuple[str, ...] = ()) -> TaskDigest:
-    """One task's digest (two attempts)."""
-    if not passes and not category:
-        category = "no_progress"
-    return TaskDigest(task=name, cluster=":".join(name.split(":")[:2]), variant=variant, attempts=2, passes=passes,
-                      category="" if passes else category, implicated=implicated)
 
 
 class Run(LedgerRun):

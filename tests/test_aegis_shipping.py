@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from ledger_run import LedgerRun, attach
+from ledger_run import LedgerRun, attach, task
 
 from hx.aegis.gate import Verdict
 from hx.aegis.shipping import fork, ship, ship_approved
@@ -22,12 +22,6 @@ from schemas.ledger import (
     VariantForked,
     VariantRetired,
 )
-
-
-def digest(task: str, variant: str, passes: int) -> TaskDigest:
-    """One task's digest of two attempts."""
-    return TaskDigest(task=task, cluster=":".join(task.split(":")[:2]), variant=variant, attempts=2, passes=passes,
-                      category="" if passes else "no_progress")
 
 
 class Ledger:
@@ -68,8 +62,8 @@ def fork_c_r1_01(run: LedgerRun, max_variants: int, latest: list[TaskDigest]) ->
 
 def test_a_fork_into_a_full_pool_retires_the_variant_that_solves_least_first() -> None:
     run = pool_of_three()
-    latest = [digest("twx:a:1", "v1", 0), digest("twx:a:2", "v1", 1), digest("twx:b:1", "v2", 2),
-              digest("twx:b:2", "v2", 1), digest("twx:c:1", "v0", 0)]
+    latest = [task("twx:a:1", variant="v1"), task("twx:a:2", variant="v1", passes=1),
+              task("twx:b:1", variant="v2", passes=2), task("twx:b:2", variant="v2", passes=1), task("twx:c:1")]
     retired, forked = fork_c_r1_01(run, 3, latest)
     assert isinstance(retired, VariantRetired) and retired.variant == "v1"  # 1 of 2 solved, against v2's 2 of 2
     assert "3 variants" in retired.reason
@@ -87,7 +81,7 @@ def test_a_variant_that_serves_no_cluster_is_retired_before_a_weaker_one_that_se
     run = pool_of_three()
     run.proposed(1, "C-R1-02", (attach("visited_states"),))
     run.forked(1, "C-R1-02", "v3", ("twx:b",))  # v3 takes twx:b over: v2 now serves nothing
-    latest = [digest("twx:a:1", "v1", 0), digest("twx:b:1", "v3", 0), digest("twx:b:2", "v2", 2)]
+    latest = [task("twx:a:1", variant="v1"), task("twx:b:1", variant="v3"), task("twx:b:2", variant="v2", passes=2)]
     retired, forked = fork_c_r1_01(run, 4, latest)
     assert isinstance(retired, VariantRetired) and retired.variant == "v2"
     assert isinstance(forked, VariantForked) and forked.variant == "v4"
@@ -97,13 +91,13 @@ def test_a_variant_that_serves_no_cluster_is_retired_before_a_weaker_one_that_se
 def test_a_pool_that_holds_only_the_root_is_never_emptied_and_the_fork_is_dropped() -> None:
     run = LedgerRun()
     run.proposed(1, "C-R1-01", (attach("task_notes"),))
-    assert fork_c_r1_01(run, 1, [digest("twx:c:1", "v0", 0)]) == []
+    assert fork_c_r1_01(run, 1, [task("twx:c:1")]) == []
     assert list(run.state.live()) == ["v0"]
 
 
 def test_a_fork_with_room_in_the_pool_retires_nothing() -> None:
     run = pool_of_three()
-    (forked,) = fork_c_r1_01(run, 4, [digest("twx:c:1", "v0", 0)])
+    (forked,) = fork_c_r1_01(run, 4, [task("twx:c:1")])
     assert isinstance(forked, VariantForked) and forked.variant == "v3"
     assert sorted(run.state.live()) == ["v0", "v1", "v2", "v3"]
 
