@@ -67,6 +67,8 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
            "--run-id", f"bench-{mode}-s{seed}-{int(time.time())}", "--out", str(data / f"{mode}.json")]
     if budget:
         cmd += ["--budget", str(budget)]
+    if mode == "both" and args.learn_after_stall:
+        cmd += ["--learn-after-stall"]
     for game in args.games:
         cmd += ["--bench", game]
     began = time.perf_counter()
@@ -218,6 +220,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--step-weight", type=float, default=1.0, help="the learner's step-level advantage weight")
+    parser.add_argument("--learn-after-stall", action="store_true",
+                        help="co-evolution's learner starts after the first round that ships no edit")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")
     parser.add_argument("--data-dir", type=Path, help="keep the logs here (default: a temporary directory)")

@@ -49,7 +49,7 @@ from hx.runtime.models import ModelConfig
 from projections.replay_buffer import trajectories
 from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateSkipped
-from schemas.ledger import LedgerEvent, ModelChanged, RoundDigested
+from schemas.ledger import LedgerEvent, ModelChanged, RoundDecided, RoundDigested
 from schemas.lifecycle import RoundStarted
 from schemas.messages import ToolCall
 from streams.config import NatsSettings
@@ -691,6 +691,36 @@ def test_hx_coevolve_harness_mode_keeps_the_policy(nats_url: str, tmp_path: Path
     assert served == {init.version}
     changes = [r for r in ledger_of(nats_url, "co-harness") if isinstance(r, ModelChanged)]
     assert [(c.round, c.model) for c in changes] == [(0, f"policy:{init.version}")]  # the first policy, once
+
+
+@pytest.mark.slow
+def test_a_learner_that_waits_for_the_stall_trains_first_after_the_first_round_without_a_ship(
+        nats_url: str, tmp_path: Path) -> None:
+    report = coevolve(nats_url, tmp_path, "both", "--rounds", "4", "--learn-after-stall", run_id="co-stall")
+    ledger = ledger_of(nats_url, "co-stall")
+    decided = [r for r in ledger if isinstance(r, RoundDecided)]
+    stall = next(r.round for r in decided if r.idle)  # the toy world's evolver runs out of edits within 4 rounds
+    assert stall >= 1, "round 0 shipped nothing: the test would not tell waiting from learning at once"
+    assert stall < len(decided) - 1, "no round after the stall: the test would not see a trained policy play"
+    logged = on_log(nats_url, lambda log: learn_records(log, "co-stall"))
+    init = logged[0]
+    assert isinstance(init, PolicyInitialised)
+    trained = [r for r in updates(logged) if isinstance(r, PolicyUpdated)]
+    # no pass before the stall; the first one trains on every round so far, then one pass per round
+    assert trained and len(updates(logged)) == len(decided) - stall
+    assert updates(logged)[0].parent == init.version
+    in_force = models_in_force(nats_url, "co-stall", ledger, [])
+    for t, (model, served) in sorted(in_force.items()):
+        first = t <= stall  # the rounds up to the stall are the harness-only run's: the first policy plays them
+        assert (served == {f"policy:{init.version}"}) == first and served == {model}, (t, stall, served)
+    assert report["policy"] == trained[-1].version
+
+
+def test_learn_after_stall_outside_both_is_a_usage_error(nats_url: str, tmp_path: Path) -> None:
+    bad = hx("--nats-url", nats_url, "--data-dir", str(tmp_path), "coevolve", "--mode", "model",
+             "--bench", "toyworld:rooms", "--learn-after-stall", "--run-id", "co-bad")
+    assert bad.exit_code == 2 and "--learn-after-stall applies to --mode both, not --mode model" in bad.output
+    assert on_log(nats_url, lambda log: learn_records(log, "co-bad")) == []  # refused before anything is written
 
 
 @pytest.mark.slow

@@ -9,6 +9,15 @@ policy. Three modes share that loop and the held-out split:
 - ``model``: the harness stays as it is (a frozen evolver), the learner trains;
 - ``both``: both move.
 
+With ``learn_after_stall`` (``both`` only), the learner waits for the harness search to stall:
+it takes its first pass after the first round that ships no edit, and from then on trains
+after every round. Until then the rollouts run under the first policy, so those rounds are
+the harness-only run's, and the first pass sees every round of the buffer's window (the
+trajectories of each harness version so far, one cross-harness group per task). The paper
+observes that its co-evolution and harness-only curves coincide until joint training takes
+effect; this makes that order explicit: edits first, while they still ship, then the policy
+learns what the edits could not fix, without the two racing for the same fault.
+
 With the policy gate on, a new policy is adopted for the rollouts only when it keeps every
 task the round solved in every attempt, as AEGIS's gate never lets an edit lose a solved
 task: it plays them under the harness the next round uses, on the main rollouts' seeds, a
@@ -48,6 +57,8 @@ class CoevolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     learner: LearnerSettings = LearnerSettings()
     policy_gate: bool = False
     """Adopt a new policy only when it keeps the tasks the round solved in every attempt (``--policy-gate``)."""
+    learn_after_stall: bool = False
+    """``both``: the learner starts after the first round that ships no edit (``--learn-after-stall``)."""
 
 
 @dataclass
@@ -77,11 +88,22 @@ class Coevolution:
         """Open the learner (its first policy, or where it stopped), train on anything not yet trained on."""
         position = await self.learner.open()
         self.rollouts += sum(r.rollouts for r in position.updates if isinstance(r, PolicyGated))
-        if self.settings.mode != "harness":
+        if self.learning:
             await self._update()  # a pass cut off before its record, or one a stopped run still owes
             if self.settings.policy_gate and position.ungated is not None:
                 await self._gate(position.ungated)  # stopped between the pass and its verdict
         self._use()
+
+    @property
+    def learning(self) -> bool:
+        """Whether the learner trains after a round: never in ``harness`` mode; in ``both`` with
+        ``learn_after_stall``, only once a decided round shipped nothing (read from the ledger, so a
+        resumed run agrees with the one that stopped)."""
+        if self.settings.mode == "harness":
+            return False
+        if self.settings.mode == "model" or not self.settings.learn_after_stall:
+            return True
+        return any(isinstance(r, RoundDecided) and r.idle for r in self.ledger.records)
 
     def _use(self) -> None:
         # only the task agent changes: judge, other roles, fallbacks and parameters stay as configured
@@ -130,7 +152,7 @@ class Coevolution:
     async def after_round(self, decision: RoundDecided) -> str:
         """Train on the round (unless the model is frozen); a reason to stop when the budget is spent."""
         self.rollouts += decision.metrics.rollouts
-        if self.settings.mode != "harness":
+        if self.learning:
             await self._update()
             self._use()
         return self.spent()

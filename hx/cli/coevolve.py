@@ -31,9 +31,13 @@ _NOT_HERE = {"model"}  # the task agent is the trained policy
 @click.option("--policy-gate/--no-policy-gate", default=False, show_default=True,
               help="Adopt a new policy only when it still solves every task the round solved in every attempt "
                    "(else keep its parent).")
+@click.option("--learn-after-stall/--learn-from-start", default=False, show_default=True,
+              help="both: the learner starts after the first round that ships no edit, the rollouts use the "
+                   "first policy until then.")
 @learner_options
 @pass_app
-def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, **options: Any) -> None:
+def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, learn_after_stall: bool,
+                     **options: Any) -> None:
     """Co-evolve harness and model: per round, rollouts with the current pair, then AEGIS and a GRPO update.
 
     The held-out tasks are evaluated before the first round and after the last with the
@@ -42,12 +46,14 @@ def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, **o
     """
     from hx.aegis.coevolution import CoevolveSettings
 
+    if learn_after_stall and mode != "both":
+        raise click.UsageError(f"--learn-after-stall applies to --mode both, not --mode {mode}")
     learner = learner_settings(options)
     if mode == "model":
         options["evolver"] = "frozen"
         options["patience"] = options["rounds"]  # a frozen harness never ships: patience must not end the run
     settings = CoevolveSettings(mode=mode, budget=budget, learner=learner,  # type: ignore[arg-type]
-                                policy_gate=policy_gate)
+                                policy_gate=policy_gate, learn_after_stall=learn_after_stall)
     evolve_main(app, model=f"policy:{learner.kind}", coevolve=settings, **options)
 
 
