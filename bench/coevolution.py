@@ -18,6 +18,7 @@ harness-only), plus each run's rollouts and wall time.
     python bench/coevolution.py --seeds 0 1 2 3 4 --jobs 3   # mean over seeds
     python bench/coevolution.py --tasks 10 --heldout-tasks 20 --rounds 3   # quicker
     python bench/coevolution.py --seeds 0 1 --heldout-split train          # a validation split, not test
+    python bench/coevolution.py --learn-after-stall    # co-evolution's learner waits for the harness search to stall
 
 Held-out pass@2 is measured on 50 tasks per game by default (``hx evolve``'s held-out size):
 its standard error is then about 7 points, so a difference of two figures of one seed is
