@@ -17,7 +17,8 @@ from hx_cli import hx, ok
 
 from hx.cli import log as log_cli
 from hx.cli._demo_round import synthetic_round
-from streams.server import EmbeddedServer, free_port, pid_alive
+from streams.processes import free_port, pid_alive
+from streams.server import EmbeddedServer
 
 RUN_ID = "cli-test"
 EVENTS = 400

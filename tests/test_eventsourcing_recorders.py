@@ -52,7 +52,8 @@ from streams.eventsourcing import (
     JetStreamTrackingRecorder,
     MsgspecTranscoder,
 )
-from streams.server import NatsProcess, free_port
+from streams.processes import free_port
+from streams.server import NatsProcess
 
 MODULE = "streams.eventsourcing"
 

@@ -15,7 +15,7 @@ from hx.runtime.providers.base import ModelSpecError
 from schemas.lifecycle import RunFinished
 from streams.config import NatsSettings
 from streams.connection import connect
-from streams.server import free_port
+from streams.processes import free_port
 from streams.topology import TRACE, trace_subject
 
 KEY_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "HX_OPENAI_API_KEY",

@@ -20,7 +20,8 @@ from nats.aio.msg import Msg
 from schemas.lifecycle import RunFinished
 from streams.config import NatsSettings
 from streams.connection import connect
-from streams.server import EmbeddedServer, free_port, pid_alive, process_args, process_start
+from streams.processes import free_port, pid_alive, process_args, process_start
+from streams.server import EmbeddedServer
 from streams.topology import TRACE, trace_subject
 
 

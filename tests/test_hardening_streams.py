@@ -23,7 +23,8 @@ from streams.config import NatsSettings
 from streams.connection import connect
 from streams.errors import TopologyMismatch
 from streams.integrity import HEADS_BUCKET, StreamHead, StreamLoss
-from streams.server import EmbeddedServer, process_args
+from streams.processes import process_args
+from streams.server import EmbeddedServer
 from streams.topology import LEDGER, POSITIONS_BUCKET, TRACE, StreamSpec, apply_topology
 
 

@@ -19,16 +19,9 @@ from schemas.errors import HxError
 from streams.config import DEFAULT_DATA_DIR, NatsSettings
 from streams.connection import connect
 from streams.errors import LogError, ServerError
+from streams.processes import free_port, pid_alive, port_open
 from streams.redaction import mask_url
-from streams.server import (
-    EmbeddedServer,
-    NatsProcess,
-    ServerRecord,
-    free_port,
-    nats_server_binary,
-    pid_alive,
-    port_open,
-)
+from streams.server import EmbeddedServer, NatsProcess, ServerRecord, nats_server_binary
 from streams.topology import BLOB_STORE, POSITIONS_BUCKET, STREAMS, trace_subject
 
 

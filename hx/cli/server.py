@@ -10,8 +10,9 @@ import structlog
 
 from hx.cli._app import App, pass_app
 from schemas.errors import HxError
+from streams.processes import free_port
 from streams.redaction import mask_url
-from streams.server import EmbeddedServer, free_port
+from streams.server import EmbeddedServer
 
 log = structlog.get_logger("hx.cli")
 
