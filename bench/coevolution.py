@@ -19,6 +19,7 @@ harness-only), plus each run's rollouts and wall time.
     python bench/coevolution.py --tasks 10 --heldout-tasks 20 --rounds 3   # quicker
     python bench/coevolution.py --seeds 0 1 --heldout-split train          # a validation split, not test
     python bench/coevolution.py --learn-after-stall    # co-evolution's learner waits for the harness search to stall
+    python bench/coevolution.py --rest-barren 2        # model-only rests tasks that failed every attempt of 2 rounds
 
 Held-out pass@2 is measured on 50 tasks per game by default (``hx evolve``'s held-out size):
 its standard error is then about 7 points, so a difference of two figures of one seed is
@@ -70,6 +71,8 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
         cmd += ["--budget", str(budget)]
     if mode == "both" and args.learn_after_stall:
         cmd += ["--learn-after-stall"]
+    if mode == "model" and args.rest_barren:
+        cmd += ["--rest-barren", str(args.rest_barren)]
     for game in args.games:
         cmd += ["--bench", game]
     began = time.perf_counter()
@@ -112,8 +115,9 @@ def compare(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison
     """One seed's three runs on one log: per game the four figures, a line per run, and whether the harnesses match."""
     harness, t_h = coevolve(data, "harness", args, seed=seed, budget=0, rounds=args.rounds)
     budget = rollouts(harness)
-    model, t_m = coevolve(data, "model", args, seed=seed, budget=budget, rounds=4 * args.rounds)
-    both, t_b = coevolve(data, "both", args, seed=seed, budget=budget, rounds=4 * args.rounds)
+    # room for rounds: the budget ends these runs (resting tasks makes a model-only round cheaper)
+    model, t_m = coevolve(data, "model", args, seed=seed, budget=budget, rounds=16 * args.rounds)
+    both, t_b = coevolve(data, "both", args, seed=seed, budget=budget, rounds=16 * args.rounds)
     before = heldout(harness, "before")
     after = [heldout(r, "after") for r in (harness, model, both)]
     table = {game: (before[game], *(a.get(game) for a in after)) for game in sorted(before)}
@@ -223,6 +227,8 @@ def main() -> None:
     parser.add_argument("--step-weight", type=float, default=1.0, help="the learner's step-level advantage weight")
     parser.add_argument("--learn-after-stall", action="store_true",
                         help="co-evolution's learner starts after the first round that ships no edit")
+    parser.add_argument("--rest-barren", type=int, default=0, metavar="R",
+                        help="model-only: a task whose last R played rounds failed every attempt sits out R rounds")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")
     parser.add_argument("--data-dir", type=Path, help="keep the logs here (default: a temporary directory)")

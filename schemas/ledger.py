@@ -112,6 +112,8 @@ class RoundDigested(LedgerEvent, frozen=True, kw_only=True):
     digests: tuple[TaskDigest, ...] = ()
     trace_rounds: tuple[int, ...] = ()
     """The trace rounds (``hx.trace.<run>.<round>``) the digests were read from."""
+    rested: tuple[str, ...] = ()
+    """Adaptation tasks that sat out the round (co-evolution's ``rest_barren``), in name order."""
 
 
 class ModelChanged(LedgerEvent, frozen=True, kw_only=True):

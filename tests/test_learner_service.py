@@ -716,6 +716,34 @@ def test_a_learner_that_waits_for_the_stall_trains_first_after_the_first_round_w
     assert report["policy"] == trained[-1].version
 
 
+@pytest.mark.slow
+def test_barren_tasks_sit_out_rounds_and_the_ledger_names_them(nats_url: str, tmp_path: Path) -> None:
+    # 14 steps: a random walk reaches the coin in some tasks and not in others (every pattern of resting shows)
+    report = coevolve(nats_url, tmp_path, "model", "--rounds", "4", "--max-steps", "14", "--rest-barren", "1",
+                      run_id="co-rest")
+    ledger = ledger_of(nats_url, "co-rest")
+    digested = {r.round: r for r in ledger if isinstance(r, RoundDigested)}
+    tasks = {d.task for d in digested[0].digests}
+    assert len(tasks) == 4 and not digested[0].rested  # round 0 knows no barren task
+    played = {t: {turn.task for turn in main_turns(nats_url, "co-rest", []) if turn.round in r.trace_rounds}
+              for t, r in digested.items()}
+    assert any(r.rested for r in digested.values()), "no task rested: the test would not see the rule act"
+    for t, r in digested.items():
+        assert set(r.rested) | {d.task for d in r.digests} == tasks and not set(r.rested) & played[t]
+        assert played[t] == {d.task for d in r.digests} and report["rounds"][t]["rollouts"] == 2 * len(played[t])
+        if t == 0:
+            continue
+        # with R = 1: a task that failed both attempts of the round before sits out, one that sat out plays
+        failed = {d.task for d in digested[t - 1].digests if d.passes == 0}
+        if failed != tasks:  # (when every task would rest, all play)
+            assert set(r.rested) == failed - set(digested[t - 1].rested)
+    # an auditor's export names them in the round's decision
+    ok(hx("--nats-url", nats_url, "export", "co-rest", str(tmp_path / "export")))
+    for t, r in digested.items():
+        decision = (tmp_path / "export" / f"R{t}" / "decision.md").read_text()
+        assert ("## Rested" in decision) == bool(r.rested) and all(f"`{task}`" in decision for task in r.rested)
+
+
 def test_learn_after_stall_outside_both_is_a_usage_error(nats_url: str, tmp_path: Path) -> None:
     bad = hx("--nats-url", nats_url, "--data-dir", str(tmp_path), "coevolve", "--mode", "model",
              "--bench", "toyworld:rooms", "--learn-after-stall", "--run-id", "co-bad")

@@ -25,6 +25,10 @@ loss retried on fresh seeds (``Trials.kept``). A rejected policy gives way to it
 the rollouts and for the learner's next pass. Without it, a policy that forgets a solved
 task would show up in AEGIS's next digest as a regression of the edits shipped in between.
 
+With ``rest_barren`` R, a task whose last R played rounds failed every attempt sits out the
+next R rounds (``hx.aegis.resting``): its rollouts would give the learner no group to learn
+from, and the budget they would spend buys other tasks' rounds and more passes.
+
 A rollout budget (attempts, harness and policy gate rollouts included) ends a run as soon as
 it is spent, so the three modes can be compared on equal rollouts. The learner is the same
 consumer as ``hx learn``: resumed, it picks up at its last record.
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from hx.aegis.ledger import Ledger
+from hx.aegis.resting import resting
 from hx.aegis.settings import CoevolveMode
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
@@ -59,6 +64,8 @@ class CoevolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """Adopt a new policy only when it keeps the tasks the round solved in every attempt (``--policy-gate``)."""
     learn_after_stall: bool = False
     """``both``: the learner starts after the first round that ships no edit (``--learn-after-stall``)."""
+    rest_barren: int = 0
+    """R: a task whose last R played rounds failed every attempt sits out R rounds (``--rest-barren``); 0: never."""
 
 
 @dataclass
@@ -156,6 +163,10 @@ class Coevolution:
             await self._update()
             self._use()
         return self.spent()
+
+    def resting(self, state: RunState, t: int) -> frozenset[str]:
+        """The adaptation tasks that sit out round ``t``: the barren ones (``hx.aegis.resting``)."""
+        return resting(state.digests, self.trials.splits.adaptation, t, self.settings.rest_barren)
 
     def spent(self) -> str:
         """Why no new round may start: the rollout budget is spent (empty while it is not)."""

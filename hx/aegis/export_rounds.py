@@ -256,6 +256,9 @@ def decision(fold: RunFold, rnd: RoundRecords) -> str:
         out.append(f"## Decision: {d.outcome}\n\n{d.reason or '(no reason recorded)'}\n\n"
                    f"Shipped: {listed(d.shipped)}. Rounds in a row without a ship: {d.idle}.\n\n"
                    + metrics_table(d.metrics))
+    if rnd.digested is not None and rnd.digested.rested:
+        out.append(f"## Rested\n\nSat out the round, every attempt of their last played rounds having failed "
+                   f"(`--rest-barren`): {listed(rnd.digested.rested)}\n")
     return "\n".join(out)
 
 

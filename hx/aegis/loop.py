@@ -80,6 +80,8 @@ class Evolution:
     """Called after each decided round (co-evolution's learner update); a non-empty answer ends the run, as reason."""
     spent: Callable[[], str] | None = None
     """Checked before a round starts (a resumed run's spent rollout budget); a non-empty answer ends the run."""
+    resting: Callable[[RunState, int], frozenset[str]] | None = None
+    """The adaptation tasks that sit out round t (co-evolution's barren tasks); None: every task plays."""
     progress: Progress = field(default_factory=Progress)
     seconds: dict[int, float] = field(default_factory=dict)
     _folded: tuple[int, LedgerEvent, RunState] | None = field(default=None, init=False, repr=False)
@@ -202,9 +204,11 @@ class Evolution:
             return recorded
         self.progress.stage(t, "rollouts")
         state = self.state()
+        rested = self.resting(state, t) if self.resting is not None else frozenset()
         variants: dict[str, str] = {}
         trace_rounds = []
-        for variant, tasks in route(state, self.trials.splits.adaptation).items():
+        playing = [task for task in self.trials.splits.adaptation if task not in rested]
+        for variant, tasks in route(state, playing).items():
             trace_rounds.append(await self.trials.main(variant, state.variants[variant].harness, tasks))
             variants.update(dict.fromkeys(tasks, variant))
         self.progress.stage(t, "digest")
@@ -213,7 +217,7 @@ class Evolution:
         if self.prose is not None:
             digests = with_prose(digests, await self.prose(digests, t))
         digested = RoundDigested(run_id=self.run_id, round=t, actionability=round(actionability(digests), 4),
-                                 digests=digests, trace_rounds=tuple(trace_rounds))
+                                 digests=digests, trace_rounds=tuple(trace_rounds), rested=tuple(sorted(rested)))
         await self.append(digested)
         return digested
 

@@ -224,7 +224,8 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
                               code_check=parts.code_check, code_source=parts.code_source, approver=parts.approver,
                               progress=parts.progress, prose=parts.prose,
                               after_round=coevolution.after_round if coevolution else None,
-                              spent=coevolution.spent if coevolution else None)
+                              spent=coevolution.spent if coevolution else None,
+                              resting=coevolution.resting if coevolution else None)
         await evolution.run()
         await _finish_trace(conn, job.run_id, ledger)
         result = report(ledger.records, evolution.seconds)

@@ -34,10 +34,13 @@ _NOT_HERE = {"model"}  # the task agent is the trained policy
 @click.option("--learn-after-stall/--learn-from-start", default=False, show_default=True,
               help="both: the learner starts after the first round that ships no edit, the rollouts use the "
                    "first policy until then.")
+@click.option("--rest-barren", type=click.IntRange(min=0), default=0, show_default=True, metavar="R",
+              help="A task whose last R played rounds failed every attempt sits out the next R rounds "
+                   "(its rollouts give the learner nothing to learn from; 0: every task plays every round).")
 @learner_options
 @pass_app
 def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, learn_after_stall: bool,
-                     **options: Any) -> None:
+                     rest_barren: int, **options: Any) -> None:
     """Co-evolve harness and model: per round, rollouts with the current pair, then AEGIS and a GRPO update.
 
     The held-out tasks are evaluated before the first round and after the last with the
@@ -53,7 +56,8 @@ def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, lea
         options["evolver"] = "frozen"
         options["patience"] = options["rounds"]  # a frozen harness never ships: patience must not end the run
     settings = CoevolveSettings(mode=mode, budget=budget, learner=learner,  # type: ignore[arg-type]
-                                policy_gate=policy_gate, learn_after_stall=learn_after_stall)
+                                policy_gate=policy_gate, learn_after_stall=learn_after_stall,
+                                rest_barren=rest_barren)
     evolve_main(app, model=f"policy:{learner.kind}", coevolve=settings, **options)
 
 
