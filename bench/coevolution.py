@@ -5,9 +5,9 @@ Runs ``hx coevolve`` three times on one embedded log, one mode at a time:
 1. ``--mode harness`` (the policy frozen at its first version) for ``--rounds`` rounds; the
    attempts it spends (main, gate and retry rollouts) become the budget of the other two;
 2. ``--mode model`` (the harness frozen) and 3. ``--mode both``, each with ``--budget`` set
-   to that figure and room for more rounds, so all three spend the same rollouts. Model-only
-   rests barren tasks (``--rest-barren 2``: a task that failed every attempt of its last two
-   played rounds sits out two rounds), so its budget buys more learner passes.
+   to that figure and room for more rounds, so all three spend the same rollouts. These two
+   rest barren tasks (``--rest-barren 2``: a task that failed every attempt of its last two
+   played rounds sits out two rounds), so their budget buys more learner passes.
 
 Every run starts from the same fresh policy (same kind and seed) and the same starter
 harness, and is judged on the same frozen held-out split (the test split, never evolved
@@ -21,7 +21,7 @@ harness-only), plus each run's rollouts and wall time.
     python bench/coevolution.py --tasks 10 --heldout-tasks 20 --rounds 3   # quicker
     python bench/coevolution.py --seeds 0 1 --heldout-split train          # a validation split, not test
     python bench/coevolution.py --learn-after-stall    # co-evolution's learner waits for the harness search to stall
-    python bench/coevolution.py --rest-barren 0        # model-only plays every task every round (before 2026-11-26)
+    python bench/coevolution.py --rest-barren 0        # every task plays every round (the runs before 2026-11-26)
 
 Held-out pass@2 is measured on 50 tasks per game by default (``hx evolve``'s held-out size):
 its standard error is then about 7 points, so a difference of two figures of one seed is
@@ -73,7 +73,7 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
         cmd += ["--budget", str(budget)]
     if mode == "both" and args.learn_after_stall:
         cmd += ["--learn-after-stall"]
-    if mode == "model" and args.rest_barren:
+    if mode in ("model", "both") and args.rest_barren:
         cmd += ["--rest-barren", str(args.rest_barren)]
     for game in args.games:
         cmd += ["--bench", game]
@@ -230,8 +230,8 @@ def main() -> None:
     parser.add_argument("--learn-after-stall", action="store_true",
                         help="co-evolution's learner starts after the first round that ships no edit")
     parser.add_argument("--rest-barren", type=int, default=2, metavar="R",
-                        help="model-only: a task whose last R played rounds failed every attempt sits out R rounds "
-                             "(chosen on the validation split; 0: every task plays every round)")
+                        help="model-only and co-evolution: a task whose last R played rounds failed every attempt "
+                             "sits out R rounds (chosen on the validation split; 0: every task plays every round)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")
     parser.add_argument("--data-dir", type=Path, help="keep the logs here (default: a temporary directory)")
