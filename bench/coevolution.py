@@ -117,7 +117,7 @@ def compare(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison
     """One seed's three runs on one log: per game the four figures, a line per run, and whether the harnesses match."""
     harness, t_h = coevolve(data, "harness", args, seed=seed, budget=0, rounds=args.rounds)
     budget = rollouts(harness)
-    # room for rounds: the budget ends these runs (resting tasks makes a model-only round cheaper)
+    # room for rounds: the budget (or patience) ends these runs, and resting barren tasks makes a round cheaper
     model, t_m = coevolve(data, "model", args, seed=seed, budget=budget, rounds=16 * args.rounds)
     both, t_b = coevolve(data, "both", args, seed=seed, budget=budget, rounds=16 * args.rounds)
     before = heldout(harness, "before")

@@ -725,8 +725,8 @@ def test_barren_tasks_sit_out_rounds_and_the_ledger_names_them(nats_url: str, tm
     digested = {r.round: r for r in ledger if isinstance(r, RoundDigested)}
     tasks = {d.task for d in digested[0].digests}
     assert len(tasks) == 4 and not digested[0].rested  # round 0 knows no barren task
-    played = {t: {turn.task for turn in main_turns(nats_url, "co-rest", []) if turn.round in r.trace_rounds}
-              for t, r in digested.items()}
+    turns = main_turns(nats_url, "co-rest", [])  # the trace, read once
+    played = {t: {turn.task for turn in turns if turn.round in r.trace_rounds} for t, r in digested.items()}
     assert any(r.rested for r in digested.values()), "no task rested: the test would not see the rule act"
     for t, r in digested.items():
         assert set(r.rested) | {d.task for d in r.digests} == tasks and not set(r.rested) & played[t]
@@ -736,7 +736,7 @@ def test_barren_tasks_sit_out_rounds_and_the_ledger_names_them(nats_url: str, tm
         # with R = 1: a task that failed both attempts of the round before sits out, one that sat out plays
         failed = {d.task for d in digested[t - 1].digests if d.passes == 0}
         if failed != tasks:  # (when every task would rest, all play)
-            assert set(r.rested) == failed - set(digested[t - 1].rested)
+            assert set(r.rested) == failed
     # an auditor's export names them in the round's decision
     ok(hx("--nats-url", nats_url, "export", "co-rest", str(tmp_path / "export")))
     for t, r in digested.items():
