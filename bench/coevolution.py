@@ -68,6 +68,7 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
            "--attempts", "2", "--max-steps", str(args.max_steps), "--concurrency", str(args.concurrency),
            "--seed", str(seed), "--learner-seed", str(seed), "--lr", str(args.lr),
            "--epochs", str(args.epochs), "--window", str(args.window), "--step-weight", str(args.step_weight),
+           "--clip-eps-high", str(args.clip_eps_high),
            "--run-id", f"bench-{mode}-s{seed}-{int(time.time())}", "--out", str(data / f"{mode}.json")]
     if budget:
         cmd += ["--budget", str(budget)]
@@ -227,6 +228,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--step-weight", type=float, default=1.0, help="the learner's step-level advantage weight")
+    parser.add_argument("--clip-eps-high", type=float, default=0.2,
+                        help="the learner's upper clip range (0.2: the symmetric clip of the runs before 2026-11-27)")
     parser.add_argument("--learn-after-stall", action="store_true",
                         help="co-evolution's learner starts after the first round that ships no edit")
     parser.add_argument("--rest-barren", type=int, default=2, metavar="R",

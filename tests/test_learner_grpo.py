@@ -71,14 +71,15 @@ def np_loss(params: Mapping[str, Any], batch: Mapping[str, np.ndarray], cfg: GRP
                 continue
             a = float(batch["adv"][i])
             r = math.exp(logp[i, t] - batch["old_lp"][i, t])
-            rc = min(max(r, 1 - cfg.clip_eps), 1 + cfg.clip_eps)
+            high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
+            rc = min(max(r, 1 - cfg.clip_eps), 1 + high)
             d = batch["ref_lp"][i, t] - logp[i, t]
             k3 = math.exp(d) - d - 1 if cfg.kl_beta > 0 else 0.0
             terms.append(-min(r * a, rc * a) + cfg.kl_beta * k3 - cfg.entropy_coef * entropy[i, t])
             ratios.append(r)
             k3s.append(k3)
             ents.append(entropy[i, t])
-            clipped.append(float((a > 0 and r > 1 + cfg.clip_eps) or (a < 0 and r < 1 - cfg.clip_eps)))
+            clipped.append(float((a > 0 and r > 1 + high) or (a < 0 and r < 1 - cfg.clip_eps)))
         if terms:
             per_sample.append(sum(terms) / len(terms))
     return {"loss": sum(per_sample) / len(per_sample), "ratio": float(np.mean(ratios)), "kl": float(np.mean(k3s)),
@@ -147,10 +148,12 @@ def with_learner(model: nnx.Module, batch: dict[str, np.ndarray], adv: list[floa
 # Offsets of old_lp from the current log-probs: +-0.5 puts ratios at 0.61 / 1.65, well outside the
 # clip range. With the advantages below the clip is active on two units (row 0: ratio 1.65, A > 0;
 # row 1: 0.61, A < 0); row 2's last unit is out of range on the side where the min keeps the
-# unclipped term; the other units sit near 1.
+# unclipped term; the other units sit near 1. Clip-higher at 0.8 lets row 0's 1.65 through: one active unit.
 OFFSETS = np.array([[0.02, -0.5, 0.0], [0.5, 0.03, 0.0], [-0.04, 0.01, 0.5], [0.0, 0.0, 0.0]], np.float32)
 ADV = [1.2, -0.7, 0.5, -1.0]
-CONFIGS = {"plain": GRPOConfig(), "full": GRPOConfig(kl_beta=0.1, entropy_coef=0.05, clip_eps=0.2)}
+CONFIGS = {"plain": GRPOConfig(), "full": GRPOConfig(kl_beta=0.1, entropy_coef=0.05, clip_eps=0.2),
+           "clip_higher": GRPOConfig(clip_eps_high=0.8)}
+CLIPPED = {"plain": 2 / 9, "full": 2 / 9, "clip_higher": 1 / 9}
 
 
 def jax_loss_and_grad(model: nnx.Module, batch: Mapping[str, np.ndarray],
@@ -175,7 +178,7 @@ def test_loss_and_gradient_match_numpy_reference(name: str) -> None:
     ref = np_loss(params_of(model), batch, cfg)
     loss, aux, grads = jax_loss_and_grad(model, batch, cfg)
     assert loss == pytest.approx(ref["loss"], rel=1e-5, abs=1e-6)
-    assert ref["clip_fraction"] == pytest.approx(2 / 9)
+    assert ref["clip_fraction"] == pytest.approx(CLIPPED[name])
     for key in ("clip_fraction", "ratio", "kl", "entropy"):
         assert aux[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-6), key
     assert aux["units"] == 9
@@ -223,6 +226,21 @@ def test_positive_advantage_raises_log_prob_and_negative_lowers_it() -> None:
     assert metrics.grad_norm > 0
     assert after[0] > before[0] + 1e-4
     assert after[1] < before[1] - 1e-4
+
+
+@pytest.mark.parametrize(("high", "low", "top"), [(None, 1.2, 1.45), (1.0, 2.0, 2.4)])
+def test_the_upper_clip_bounds_how_far_a_rewarded_choice_rises_in_a_pass(high: float | None, low: float,
+                                                                          top: float) -> None:
+    # One rewarded choice, trained until the clipped surrogate stops its gradient: its ratio to the
+    # behaviour probability ends just past 1 + eps (1.2 symmetric, 2.0 with clip-higher at 1.0): past it,
+    # only Adam's momentum still moves it. This is what bounds a rare rewarded choice's rise per learner pass.
+    model = OptionScorer(rngs=nnx.Rngs(2))
+    batch = with_learner(model, make_batch(b=1, t=1, k=5), [1.0])
+    trainer = GRPOTrainer(model, GRPOConfig(learning_rate=1e-3, clip_eps_high=high))
+    for _ in range(300):
+        trainer.step(batch)
+    ratio = float(np.exp(np.asarray(model(batch)[0])[0, 0] - batch["old_lp"][0, 0]))
+    assert low < ratio < top
 
 
 def test_zero_spread_groups_are_dropped_and_population_std_is_used() -> None:
@@ -344,6 +362,8 @@ def test_same_bucket_shapes_do_not_recompile() -> None:
 def test_config_rejects_bad_values_naming_the_field() -> None:
     with pytest.raises(PolicyError, match="clip_eps"):
         GRPOConfig(clip_eps=1.5)
+    with pytest.raises(PolicyError, match="clip_eps_high"):
+        GRPOConfig(clip_eps_high=0.0)
     with pytest.raises(PolicyError, match="learning_rate"):
         GRPOConfig(learning_rate=float("nan"))
     with pytest.raises(PolicyError, match="minibatch"):

@@ -471,7 +471,7 @@ def test_hx_learn_of_a_run_that_is_not_there_is_a_one_line_error_that_writes_not
     assert bad.exit_code == 2 and "run id '../x' has characters '/'" in bad.output and "Traceback" not in bad.output
 
 
-def test_hx_learn_policy_config_and_weigh_set_the_learner_and_a_bad_pair_is_a_usage_error(nats_url: str) -> None:
+def test_hx_learn_policy_config_weigh_and_clip_set_the_learner_and_bad_values_are_usage_errors(nats_url: str) -> None:
     for pair in ("context_gain", "context_gain=high", "=0.1", "context_gain=true"):
         bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--policy-config", pair)
         assert bad.exit_code == 2 and f"{pair!r}: expected KEY=NUMBER" in bad.output, bad.output
@@ -484,6 +484,13 @@ def test_hx_learn_policy_config_and_weigh_set_the_learner_and_a_bad_pair_is_a_us
     ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "turns", "--weigh", "turn"))
     turns = on_log(nats_url, lambda log: learn_records(log, RUN, "turns"))[0]
     assert isinstance(turns, PolicyInitialised) and turns.config["per_trajectory"] is False
+    assert turns.config["grpo"]["clip_eps_high"] is None  # the symmetric clip unless asked
+    ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "higher", "--clip-eps-high", "1.0"))
+    higher = on_log(nats_url, lambda log: learn_records(log, RUN, "higher"))
+    assert isinstance(higher[0], PolicyInitialised) and higher[0].config["grpo"]["clip_eps_high"] == 1.0
+    assert isinstance(higher[1], PolicyUpdated)
+    bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "zero", "--clip-eps-high", "0")
+    assert bad.exit_code == 2 and "--clip-eps-high" in bad.output, bad.output
     bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "neg", "--policy-config", "context_gain=-1")
     assert error_line(bad) == "error: scorer config: context_gain=-1 must be a finite number >= 0"
     assert on_log(nats_url, lambda log: learn_records(log, RUN, "neg")) == []

@@ -67,7 +67,12 @@ def learner_options(fn: F) -> F:
                      help="Passes over the buffer per update."),
         click.option("--minibatch", type=click.IntRange(min=1), default=256, show_default=True,
                      help="Samples per optimiser step."),
-        click.option("--clip-eps", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True),
+        click.option("--clip-eps", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.2,
+                     show_default=True, help="PPO clip range: a sampled choice's ratio is clipped to "
+                     "[1 - eps, 1 + eps], or to 1 + --clip-eps-high above."),
+        click.option("--clip-eps-high", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Upper clip range (clip-higher, as in DAPO): lets a rare choice with a positive "
+                     "advantage grow faster per pass (default: --clip-eps)."),
         click.option("--kl-beta", type=click.FloatRange(min=0), default=0.0, show_default=True,
                      help="Weight of the k3 KL to the first policy (0: off)."),
         click.option("--entropy-coef", type=click.FloatRange(min=0), default=0.0, show_default=True),
@@ -93,6 +98,7 @@ def learner_settings(options: dict[str, Any]) -> LearnerSettings:
 
     grpo = GRPOConfig(learning_rate=options.pop("lr"), epochs=options.pop("epochs"),
                       minibatch=options.pop("minibatch"), clip_eps=options.pop("clip_eps"),
+                      clip_eps_high=options.pop("clip_eps_high"),
                       kl_beta=options.pop("kl_beta"), entropy_coef=options.pop("entropy_coef"),
                       seed=options["learner_seed"])
     return LearnerSettings(learner=options.pop("learner_name"), kind=options.pop("kind"),

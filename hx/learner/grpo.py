@@ -43,7 +43,9 @@ class GRPOConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     learning_rate: float = 3e-4
     weight_decay: float = 0.0
     clip_eps: float = 0.2
-    """PPO clip range: the ratio is clipped to ``[1 - clip_eps, 1 + clip_eps]``."""
+    """PPO clip range: the ratio is clipped to ``[1 - clip_eps, 1 + clip_eps_high]``."""
+    clip_eps_high: float | None = None
+    """Upper clip range (DAPO's clip-higher); None: ``clip_eps``, a symmetric range."""
     kl_beta: float = 0.0
     """Weight of the k3 KL estimate to the reference policy; 0 turns it (and ``ref_lp``) off."""
     entropy_coef: float = 0.0
@@ -58,11 +60,17 @@ class GRPOConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     seed: int = 0
     """Seeds the minibatch shuffle."""
 
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range in force: ``clip_eps_high``, else ``clip_eps``."""
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+
     def __post_init__(self) -> None:
         checks: tuple[tuple[str, bool, str], ...] = (
             ("learning_rate", self.learning_rate > 0, "> 0"),
             ("weight_decay", self.weight_decay >= 0, ">= 0"),
             ("clip_eps", 0 < self.clip_eps < 1, "in (0, 1)"),
+            ("clip_eps_high", self.clip_eps_high is None or self.clip_eps_high > 0, "> 0 (or None)"),
             ("kl_beta", self.kl_beta >= 0, ">= 0"),
             ("entropy_coef", self.entropy_coef >= 0, ">= 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
@@ -139,7 +147,7 @@ def grpo_loss(logp: Array, entropy: Array, batch: Mapping[str, ArrayLike],
     adv = jnp.where(has_units, jnp.asarray(batch["adv"]), 0.0)[:, None]
 
     ratio = jnp.exp(logp - old)
-    clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+    clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_high)
     per_unit = -jnp.minimum(ratio * adv, clipped * adv)
     if cfg.kl_beta > 0:
         delta = jnp.where(valid, jnp.asarray(batch["ref_lp"]), 0.0) - logp
@@ -157,7 +165,7 @@ def grpo_loss(logp: Array, entropy: Array, batch: Mapping[str, ArrayLike],
 
     total = mask.sum()
     denom = jnp.maximum(total, 1.0)
-    clip_active = ((adv > 0) & (ratio > 1.0 + cfg.clip_eps)) | ((adv < 0) & (ratio < 1.0 - cfg.clip_eps))
+    clip_active = ((adv > 0) & (ratio > 1.0 + cfg.clip_high)) | ((adv < 0) & (ratio < 1.0 - cfg.clip_eps))
 
     def unit_mean(x: Array) -> Array:
         return jax.lax.stop_gradient((x * mask).sum() / denom)
