@@ -22,6 +22,7 @@ harness-only), plus each run's rollouts and wall time.
     python bench/coevolution.py --seeds 0 1 --heldout-split train          # a validation split, not test
     python bench/coevolution.py --learn-after-stall    # co-evolution's learner waits for the harness search to stall
     python bench/coevolution.py --rest-barren 0        # every task plays every round (the runs before 2026-11-26)
+    python bench/coevolution.py --seeds 0 1 --data-dir runs/ --reuse   # go on with a bench that was cut off
 
 Held-out pass@2 is measured on 50 tasks per game by default (``hx evolve``'s held-out size):
 its standard error is then about 7 points, so a difference of two figures of one seed is
@@ -61,7 +62,12 @@ def hx(data: Path, *args: str) -> str:
 
 def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budget: int,
              rounds: int) -> tuple[dict[str, Any], float]:
-    """One ``hx coevolve`` run; its JSON report and wall time."""
+    """One ``hx coevolve`` run; its JSON report and wall time (0 for a kept report reused with ``--reuse``)."""
+    kept = data / f"{mode}.json"
+    if args.reuse and kept.exists():
+        report = json.loads(kept.read_text())
+        if report.get("status") not in (None, "unfinished"):  # a run cut off midway runs afresh, not half-reported
+            return report, 0.0
     cmd = ["coevolve", "--mode", mode, "--json",
            "--tasks", str(args.tasks), "--heldout-tasks", str(args.heldout_tasks),
            "--heldout-split", args.heldout_split, "--rounds", str(rounds),
@@ -238,6 +244,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")
     parser.add_argument("--data-dir", type=Path, help="keep the logs here (default: a temporary directory)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="a mode whose completed report is kept in the seed's directory is not run again "
+                             "(a bench cut off midway goes on where it stopped)")
     args = parser.parse_args()
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="hx-coevolution-"))
     began = time.perf_counter()
