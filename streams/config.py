@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from streams.errors import LogError
 from streams.redaction import mask_url
 
 DEFAULT_DATA_DIR = ".hx"
@@ -20,6 +21,17 @@ _ENV_FIELDS = {
 }
 ENV_KEYS = (*_ENV_FIELDS, "HX_DATA_DIR", "HX_ACK_TIMEOUT")
 """Every environment variable ``NatsSettings.from_env`` reads."""
+
+
+def _seconds(name: str, text: str) -> float:
+    """A positive number of seconds from environment variable ``name``, or a ``LogError`` naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise LogError(f"{name} must be a positive number of seconds, not {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,7 @@ class NatsSettings:
         values: dict[str, Any] = {field: env.get(key) or None for key, field in _ENV_FIELDS.items()}
         values["data_dir"] = Path(env.get("HX_DATA_DIR") or DEFAULT_DATA_DIR)
         if env.get("HX_ACK_TIMEOUT"):
-            values["ack_timeout"] = float(env["HX_ACK_TIMEOUT"])
+            values["ack_timeout"] = _seconds("HX_ACK_TIMEOUT", env["HX_ACK_TIMEOUT"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         if isinstance(values["data_dir"], str):
             values["data_dir"] = Path(values["data_dir"])

@@ -115,7 +115,9 @@ async def connect(settings: NatsSettings | None = None, *, apply: bool = True) -
             raise LogError(f"cannot connect to NATS at {mask_url(url)}: {type(exc).__name__}: {exc}") from None
         watch.connected = True
         try:
-            js = nc.jetstream(publish_async_max_pending=4096)
+            # Every JetStream request waits as long as an append's ack: one knob (HX_ACK_TIMEOUT)
+            # for a loaded machine, not nats-py's fixed 5 s on the requests that are not retried.
+            js = nc.jetstream(timeout=settings.ack_timeout, publish_async_max_pending=4096)
             heads = Heads(js, local_heads(settings)) if apply else None
             if heads is not None:
                 await apply_topology(js, heads)

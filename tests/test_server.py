@@ -319,6 +319,16 @@ async def test_connect_without_applying_topology(nats_url: str) -> None:
         assert await conn.js.streams_info() == []
 
 
+async def test_the_ack_timeout_also_bounds_every_jetstream_request(nats_url: str) -> None:
+    # HX_ACK_TIMEOUT is the one knob for a slow server: an API request (stream info, consumer
+    # create) must wait as long as an append's ack does, not nats-py's fixed 5 s.
+    async with connect(NatsSettings(url=nats_url, ack_timeout=1e-6), apply=False) as conn:
+        with pytest.raises(nats.errors.TimeoutError):
+            await conn.js.streams_info()
+    async with connect(NatsSettings(url=nats_url, ack_timeout=5.0), apply=False) as conn:
+        assert await conn.js.streams_info() == []
+
+
 def test_settings_from_env(tmp_path: Path) -> None:
     env = {
         "HX_NATS_URL": "nats://nats.example:4222",
@@ -348,6 +358,9 @@ def test_settings_from_env(tmp_path: Path) -> None:
     assert d.url is None and d.embedded and d.password is None and d.data_dir == tmp_path
     assert d.ack_timeout == 5.0 and d.connect_options() == {}
     assert NatsSettings.from_env({}).data_dir == Path(DEFAULT_DATA_DIR)
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        with pytest.raises(LogError, match=f"HX_ACK_TIMEOUT must be a positive number of seconds, not '{bad}'"):
+            NatsSettings.from_env({"HX_ACK_TIMEOUT": bad})
 
 
 def test_settings_from_process_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
