@@ -65,9 +65,14 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
     """One ``hx coevolve`` run; its JSON report and wall time (0 for a kept report reused with ``--reuse``)."""
     kept = data / f"{mode}.json"
     if args.reuse and kept.exists():
-        report = json.loads(kept.read_text())
-        if report.get("status") not in (None, "unfinished"):  # a run cut off midway runs afresh, not half-reported
+        try:
+            report = json.loads(kept.read_text())
+        except ValueError:  # claimed empty by a run that was cut off before it wrote its report
+            report = {}
+        if report.get("status") not in (None, "unfinished"):
             return report, 0.0
+        for stale in (kept, kept.with_suffix(".md")):  # a run cut off midway runs afresh, not half-reported
+            stale.unlink(missing_ok=True)
     cmd = ["coevolve", "--mode", mode, "--json",
            "--tasks", str(args.tasks), "--heldout-tasks", str(args.heldout_tasks),
            "--heldout-split", args.heldout_split, "--rounds", str(rounds),
@@ -234,7 +239,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--step-weight", type=float, default=1.0, help="the learner's step-level advantage weight")
-    parser.add_argument("--clip-eps-high", type=float, default=0.2,
+    parser.add_argument("--clip-eps-high", type=float, default=1.0,
                         help="the learner's upper clip range (0.2: the symmetric clip of the runs before 2026-11-27)")
     parser.add_argument("--learn-after-stall", action="store_true",
                         help="co-evolution's learner starts after the first round that ships no edit")
