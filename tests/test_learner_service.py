@@ -484,11 +484,11 @@ def test_hx_learn_policy_config_weigh_and_clip_set_the_learner_and_bad_values_ar
     ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "turns", "--weigh", "turn"))
     turns = on_log(nats_url, lambda log: learn_records(log, RUN, "turns"))[0]
     assert isinstance(turns, PolicyInitialised) and turns.config["per_trajectory"] is False
-    assert turns.config["grpo"]["clip_eps_high"] is None  # the symmetric clip unless asked
-    ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "higher", "--clip-eps-high", "1.0"))
-    higher = on_log(nats_url, lambda log: learn_records(log, RUN, "higher"))
-    assert isinstance(higher[0], PolicyInitialised) and higher[0].config["grpo"]["clip_eps_high"] == 1.0
-    assert isinstance(higher[1], PolicyUpdated)
+    assert turns.config["grpo"]["clip_eps_high"] == 1.0  # clip-higher unless asked
+    ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "symmetric", "--clip-eps-high", "0.2"))
+    symmetric = on_log(nats_url, lambda log: learn_records(log, RUN, "symmetric"))
+    assert isinstance(symmetric[0], PolicyInitialised) and symmetric[0].config["grpo"]["clip_eps_high"] == 0.2
+    assert isinstance(symmetric[1], PolicyUpdated)
     bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "zero", "--clip-eps-high", "0")
     assert bad.exit_code == 2 and "--clip-eps-high" in bad.output, bad.output
     bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "neg", "--policy-config", "context_gain=-1")

@@ -70,9 +70,10 @@ def learner_options(fn: F) -> F:
         click.option("--clip-eps", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.2,
                      show_default=True, help="PPO clip range: a sampled choice's ratio is clipped to "
                      "[1 - eps, 1 + eps], or to 1 + --clip-eps-high above."),
-        click.option("--clip-eps-high", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Upper clip range (clip-higher, as in DAPO): lets a rare choice with a positive "
-                     "advantage grow faster per pass (default: --clip-eps)."),
+        click.option("--clip-eps-high", type=click.FloatRange(min=0, min_open=True), default=1.0,
+                     show_default=True, help="Upper clip range (clip-higher, as in DAPO): lets a rare choice "
+                     "with a positive advantage grow faster per pass; the value of --clip-eps is the "
+                     "symmetric clip."),
         click.option("--kl-beta", type=click.FloatRange(min=0), default=0.0, show_default=True,
                      help="Weight of the k3 KL to the first policy (0: off)."),
         click.option("--entropy-coef", type=click.FloatRange(min=0), default=0.0, show_default=True),
