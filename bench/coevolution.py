@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hx.bench.results import markdown_path
+
 GAMES = ("twx:coin", "twx:mapreader", "twx:cookingworld")
 
 
@@ -71,7 +73,7 @@ def coevolve(data: Path, mode: str, args: argparse.Namespace, *, seed: int, budg
             report = {}
         if report.get("status") not in (None, "unfinished"):
             return report, 0.0
-        for stale in (kept, kept.with_suffix(".md")):  # a run cut off midway runs afresh, not half-reported
+        for stale in (kept, markdown_path(kept)):  # a run cut off midway runs afresh, not half-reported
             stale.unlink(missing_ok=True)
     cmd = ["coevolve", "--mode", mode, "--json",
            "--tasks", str(args.tasks), "--heldout-tasks", str(args.heldout_tasks),
@@ -250,7 +252,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (each on a log of its own)")
     parser.add_argument("--data-dir", type=Path, help="keep the logs here (default: a temporary directory)")
     parser.add_argument("--reuse", action="store_true",
-                        help="a mode whose completed report is kept in the seed's directory is not run again "
+                        help="a mode whose finished report is kept in the seed's directory is not run again "
                              "(a bench cut off midway goes on where it stopped)")
     args = parser.parse_args()
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="hx-coevolution-"))

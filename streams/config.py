@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import ssl
 from dataclasses import dataclass, field, fields
@@ -29,7 +30,7 @@ def _seconds(name: str, text: str) -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not value > 0 or value == float("inf"):
+    if not (value > 0 and math.isfinite(value)):
         raise LogError(f"{name} must be a positive number of seconds, not {text!r}")
     return value
 
