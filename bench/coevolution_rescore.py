@@ -17,8 +17,15 @@ evolved harness is rebuilt from the run's ledger (``hx state`` names the variant
 candidate, ``hx export`` writes its applied config) and checked against the variant's digest
 before it is played.
 
+The first two pairs have no learner, and such runs reproduce exactly on machines of this kind.
+``--known FILE`` (``coevolution_known_test.json`` holds the documented test figures) takes their
+figures from the file instead of playing them, for a seed whose kept harness-only run spent
+exactly the file's budget, the check that it is the same run; any other is refused. A game the
+file has no figures for is played.
+
     python bench/coevolution.py --seeds 0 1 2 --data-dir runs/         # keep the logs
     python bench/coevolution_rescore.py runs/ --seeds 0 1 2 --tasks 200 --games twx:coin twx:mapreader
+    python bench/coevolution_rescore.py runs/ --seeds 3 --known bench/coevolution_known_test.json
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coevolution import Comparison, hx, print_means, print_table, routed_variant, same_harness
+from coevolution import Comparison, hx, print_means, print_table, rollouts, routed_variant, same_harness
 
 from hx.harness.config import HarnessConfig
 
@@ -76,6 +83,41 @@ def play(data: Path, game: str, policy: str, config: Path | None, seed: int, arg
     return float(next(g["pass@2"] for g in games if g["game"] == game))
 
 
+def known_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--known`` file's seeds, once its settings are checked against this rescore's."""
+    if args.known is None:
+        return {}
+    try:
+        known = json.loads(args.known.read_text())
+        settings = {"split": known["split"], "tasks": known["tasks"], "max_steps": known["max_steps"]}
+        seeds: dict[str, Any] = known["seeds"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--known {args.known}: not a known-figures file ({type(exc).__name__}: {exc})") from exc
+    ours = {"split": args.split, "tasks": args.tasks, "max_steps": args.max_steps}
+    if settings != ours:
+        raise SystemExit(f"--known {args.known}: its figures are of {settings}, this rescore plays {ours}")
+    return seeds
+
+
+Played = dict[tuple[str, Path | None], float]
+"""Held-out pass@2 of (policy, harness config) pairs of one game."""
+
+
+def known_pairs(seed: int, harness: dict[str, Any], games: list[str], args: argparse.Namespace,
+                first: str, configs: dict[str, Path | None]) -> dict[str, Played]:
+    """Per game, the untrained and harness-only figures ``--known`` has for this seed, once its kept run is theirs."""
+    known = args.known_seeds.get(str(seed))
+    if known is None:
+        return {}
+    spent = rollouts(harness)
+    if spent != known["budget"]:
+        raise SystemExit(f"seed {seed}: the kept harness-only run spent {spent:,} attempts, --known {args.known} "
+                         f"has {known['budget']:,}: not the same run, so its figures must be played")
+    # a harness never edited is the starter one: its pair is the untrained one, and so is its figure
+    return {g: {(first, configs[g]): float(known[g]["harness"]), (first, None): float(known[g]["untrained"])}
+            for g in games if g in known}
+
+
 def rescore(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison, dict[str, bool]]:
     """One seed's four pairs per game, played on ``--tasks`` held-out tasks; and whether the harnesses match."""
     reports = {m: json.loads((data / f"{m}.json").read_text()) for m in MODES}
@@ -83,12 +125,13 @@ def rescore(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison
     with tempfile.TemporaryDirectory(prefix="hx-rescore-") as scratch:
         configs = {m: final_configs(data, reports[m], games, Path(scratch)) for m in ("harness", "both")}
         first = reports["harness"]["policy"]  # the harness-only run never trains: its policy is the first one
+        known = known_pairs(seed, reports["harness"], games, args, first, configs["harness"])
         table: Comparison = {}
         for game in games:
             pairs = ((first, None), (first, configs["harness"][game]), (reports["model"]["policy"], None),
                      (reports["both"]["policy"], configs["both"][game]))
             # a run that never edited the game's harness repeats a pair: it is played once
-            played: dict[tuple[str, Path | None], float] = {}
+            played: Played = dict(known.get(game, {}))
             for pair in pairs:
                 if pair not in played:
                     played[pair] = play(data, game, *pair, seed, args)
@@ -107,7 +150,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--jobs", type=int, default=1, help="seeds rescored at once")
+    parser.add_argument("--known", type=Path, help="untrained and harness-only figures of runs that reproduce "
+                        "(bench/coevolution_known_test.json): not played again")
     args = parser.parse_args()
+    args.known_seeds = known_figures(args)
     began = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {s: pool.submit(rescore, args.data_dir / f"seed-{s}", s, args) for s in args.seeds}
