@@ -437,6 +437,26 @@ async def test_a_pass_compiles_its_training_step_once(log: EventLog) -> None:
     assert learner.trainer is not None and learner.trainer.compiles == 1
 
 
+async def test_the_connection_is_served_while_a_pass_trains(log: EventLog) -> None:
+    # A pass takes minutes on a real window: run on the event loop, it would starve the NATS
+    # client (the server drops one that misses two pings). A round trip to the server is made
+    # from inside the pass here; with the pass on the loop it could not complete and would time out.
+    await play(log, 0)
+    learner = Learner(log, RUN, SMALL)
+    await learner.open()
+    assert learner.trainer is not None
+    loop, train = asyncio.get_running_loop(), learner.trainer.train
+    round_trips: list[None] = []
+
+    def train_with_a_round_trip(batches: Any) -> Any:
+        round_trips.append(asyncio.run_coroutine_threadsafe(log.nc.flush(timeout=10), loop).result(timeout=30))
+        return train(batches)
+
+    learner.trainer.train = train_with_a_round_trip  # type: ignore[method-assign]
+    record = await learner.update()
+    assert isinstance(record, PolicyUpdated) and len(round_trips) == 1
+
+
 # --- hx learn ------------------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ policy (the record's message id deduplicates a retried append).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import Counter
@@ -27,9 +28,9 @@ import jax
 import msgspec
 
 from hx.learner import checkpoint
-from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss
+from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss, RoundMetrics
 from hx.learner.minibatches import Minibatches, TurnKey
-from hx.learner.policy import Policy, PolicyError, Sample, Unservable
+from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable
 from hx.learner.provider import remember, resolve_version
 from hx.learner.step_groups import turn_advantages
 from projections.buffer_snapshot import BufferState
@@ -206,7 +207,11 @@ class Learner:
         began = time.perf_counter()
         state: BufferState = self.buffer.state
         samples, skipped, used, dropped = await self.samples(state)
-        batches = self.minibatches.of_pass(self.policy, self.reference, samples, self.settings.grpo, skipped, last)
+        # A pass (encoding, then the steps) takes seconds to minutes: on a worker thread, so the event
+        # loop keeps serving the NATS connection meanwhile (its pings, and the server's: a client that
+        # misses two is dropped as stale). Nothing else touches the policy until the pass returns.
+        batches = await asyncio.to_thread(self.minibatches.of_pass, self.policy, self.reference, samples,
+                                          self.settings.grpo, skipped, last)
         parent, seq = self.position.version, self.buffer.position[0]
         common: dict[str, Any] = {"run_id": self.run_id, "learner": self.settings.learner, "through_round": last,
                                   "trace_seq": seq, "rounds": tuple(state.rounds), "parent": parent}
@@ -215,8 +220,7 @@ class Learner:
             record = UpdateSkipped(**common, reason="no_usable_group", groups_skipped=dropped, skipped=dict(+skipped))
         else:
             try:
-                self.trainer.reset_optimizer()  # a pass depends on its parent and samples only: restarts are exact
-                metrics = self.trainer.train(batches)
+                metrics = await asyncio.to_thread(self._train, batches)
             except NonFiniteLoss as exc:
                 await self._restore(parent)
                 record = UpdateSkipped(**common, reason="non_finite", groups_skipped=dropped,
@@ -241,6 +245,12 @@ class Learner:
             self.position.version = record.version
             remember(record.version, checkpoint.from_files(files, "learner"), record.version)
         return record
+
+    def _train(self, batches: list[Batch]) -> RoundMetrics:
+        """One pass over ``batches`` from a fresh optimiser (run on a worker thread)."""
+        assert self.trainer is not None
+        self.trainer.reset_optimizer()  # a pass depends on its parent and samples only: restarts are exact
+        return self.trainer.train(batches)
 
     def _news(self, last: int) -> bool:
         """Whether a round finished since the last pass: more trace rounds of the evolution round it trained
