@@ -7,8 +7,6 @@ ignores its prompt; its loop detector and budget must not get in the way of rand
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import hx.bench  # noqa: F401 - registers twx and sciworld
@@ -26,7 +24,6 @@ RANDOM = ModelConfig(main="random:")
 
 async def test_random_play_on_textworld_games_lands_near_the_known_rates(nats_url: str) -> None:
     twx = benchmark("twx")
-    began = time.perf_counter()
     reports: dict[str, RolloutReport] = {}
     try:
         async with connect(NatsSettings(url=nats_url)) as conn:
@@ -43,7 +40,6 @@ async def test_random_play_on_textworld_games_lands_near_the_known_rates(nats_ur
     assert rate["mapreader"] < rate["coin"], rate
     assert rate["arithmetic"] <= 0.15, rate
     assert reports["coin"].overall.mean_steps is not None and reports["coin"].overall.mean_steps <= 100
-    assert time.perf_counter() - began < 60
 
 
 async def test_random_play_never_solves_scienceworld(nats_url: str) -> None:
