@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import signal
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -223,6 +224,17 @@ async def test_sandbox_limits_time_memory_and_network_inside_a_run(nats_url: str
     ok = tool_returned(records, "ok")
     assert not ok.is_error and ok.output == "['out.txt']"
     assert list(ws.iterdir()) == []  # the workspace was removed at task_end
+
+
+async def test_the_cpu_time_limit_counts_as_the_time_limit(tmp_path: Path) -> None:
+    # On an idle machine RLIMIT_CPU and the wall clock race for a busy loop; make the CPU limit
+    # win every time by lowering the child's own soft limit to one second.
+    spin = ("import resource\n"
+            "resource.setrlimit(resource.RLIMIT_CPU, (1, resource.getrlimit(resource.RLIMIT_CPU)[1]))\n"
+            "while True:\n    pass\n")
+    run_ = await run_python(spin, tmp_path, LIMITS)
+    assert run_.timed_out and run_.exit_code == -signal.SIGXCPU and not run_.memory_exceeded
+    assert "time limit of 5 s exceeded" in sandbox.render(run_, LIMITS)
 
 
 async def test_socket_guard_blocks_network_without_namespaces(tmp_path: Path, listener: int,

@@ -74,10 +74,10 @@ def _reports(run: SandboxRun, nonce: str) -> dict[str, dict[str, Any]]:
 def _crash(run: SandboxRun, limits: SandboxLimits, doing: str) -> str:
     """Why the child ended without its final report."""
     where = f" while {doing}" if doing else ""
+    if run.timed_out and run.exit_code == -signal.SIGXCPU:  # RLIMIT_CPU struck before the wall clock
+        return f"timed out: used the CPU time limit of {math.ceil(limits.timeout_s)} s{where}"
     if run.timed_out:
         return f"timed out after {limits.timeout_s:g} s{where}"
-    if run.exit_code == -signal.SIGXCPU:  # RLIMIT_CPU (the time limit in CPU seconds) may strike first
-        return f"timed out: used the CPU time limit of {math.ceil(limits.timeout_s)} s{where}"
     if run.memory_exceeded:
         return f"exceeded the memory limit of {limits.memory_mb} MiB{where}"
     tail = run.stderr.strip()[-_TAIL:]

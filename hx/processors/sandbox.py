@@ -122,7 +122,7 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     stdout: str
     stderr: str
     exit_code: int | None
-    """The child's exit status; negative for a signal; None when it was killed for time."""
+    """The child's exit status; negative for a signal; None when the wall clock killed it."""
     timed_out: bool = False
     memory_exceeded: bool = False
     truncated: bool = False
@@ -226,6 +226,9 @@ async def run_python(code: str, workspace: Path, limits: SandboxLimits, *,
     stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
     truncated = out_cut or err_cut or len(stdout) > limits.max_output_chars or len(stderr) > limits.max_output_chars
     code_ = None if timed_out else proc.returncode
+    # RLIMIT_CPU's SIGXCPU is the same time limit counted in CPU seconds: on an idle machine a
+    # busy loop reaches it as the wall clock does, so either may strike first.
+    timed_out = timed_out or code_ == -signal.SIGXCPU
     return SandboxRun(stdout=stdout[:limits.max_output_chars], stderr=stderr[:limits.max_output_chars],
                       exit_code=code_, timed_out=timed_out, truncated=truncated, network=mode,
                       memory_exceeded=not timed_out and code_ != 0 and "MemoryError" in stderr)
