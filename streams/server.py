@@ -37,6 +37,11 @@ from streams.processes import free_port, pid_alive, port_open, process_args, pro
 from streams.redaction import register
 
 READY_TIMEOUT = 10.0
+_PORT_TRIES = 5
+
+
+class _PortTaken(ServerError):
+    """The server could not listen on its port: another process holds it."""
 
 
 def nats_server_binary() -> Path:
@@ -62,6 +67,8 @@ class NatsProcess:
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port or free_port(host)
+        self._port_chosen = port is None
+        """True when we picked the port: another process may take it before the server binds it."""
         self.config = config
         """A server configuration file (the embedded server's holds its authorization)."""
         self.log_path = self.store_dir.parent / "nats-server.log"
@@ -81,28 +88,56 @@ class NatsProcess:
     def start(self, *, detach: bool = True) -> None:
         """Start the server and wait until it accepts connections."""
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        try:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=detach,
-            )
-        finally:
-            log.close()
-        self.wait_ready()
+        for _ in range(_PORT_TRIES):
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+            try:
+                self.proc = subprocess.Popen(
+                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=detach,
+                )
+            finally:
+                log.close()
+            try:
+                self.wait_ready(log_offset=offset)
+                return
+            except _PortTaken:
+                if not self._port_chosen:
+                    raise ServerError(f"port {self.port} on {self.host} is in use; "
+                                      f"nats-server could not listen there (see {self.log_path})") from None
+                # Between free_port and the server's bind another process took the port: pick again.
+                self.port = free_port(self.host)
+        raise ServerError(f"nats-server found no free port on {self.host} in {_PORT_TRIES} tries; see {self.log_path}")
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        """Block until the server accepts TCP connections, or raise ``ServerError``."""
+    def wait_ready(self, timeout: float = READY_TIMEOUT, log_offset: int = 0) -> None:
+        """Block until this server says it is ready (its own log line, not just an open port)."""
+        # An open port alone could be another server's that took the port first: ours then fails
+        # to bind and exits. The log line carries our pid, so it cannot be another process's.
         deadline = time.monotonic() + timeout
+        ready = f"[{self.proc.pid}] " if self.proc is not None else ""
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
+                said = self._log_since(log_offset)
+                if "address already in use" in said:
+                    raise _PortTaken(self.port)
                 raise ServerError(
                     f"nats-server exited with code {self.proc.returncode} at start; see {self.log_path}"
                 )
-            if port_open(self.host, self.port):
+            if port_open(self.host, self.port) and (not ready or any(
+                    line.startswith(ready) and line.endswith("Server is ready")
+                    for line in self._log_since(log_offset).splitlines())):
                 return
             time.sleep(0.005)
         raise ServerError(f"nats-server not ready on {self.url} after {timeout:.0f}s; see {self.log_path}")
+
+    def _log_since(self, offset: int) -> str:
+        """What the server's log file gained after ``offset`` (the log is appended to across starts)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     @property
     def pid(self) -> int:

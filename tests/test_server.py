@@ -111,6 +111,28 @@ def test_nats_process_that_cannot_start_is_a_server_error(tmp_path: Path) -> Non
     assert proc.log_path.read_text()
 
 
+async def test_a_port_taken_before_the_server_binds_it_is_picked_again(tmp_path: Path, nats_server: NatsProcess,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two processes may draw the same free port (tests run in parallel): the one that binds second
+    # must not take the other's open port for its own, nor fail.
+    taken = nats_server.port
+    ours = NatsProcess(tmp_path / "ours" / "store", port=taken)
+    with pytest.raises(ServerError, match=f"port {taken} on 127.0.0.1 is in use"):
+        ours.start(detach=False)  # a port the caller named is not changed
+    draws = iter([taken, taken, free_port()])
+    monkeypatch.setattr("streams.server.free_port", lambda host="127.0.0.1": next(draws))
+    chosen = NatsProcess(tmp_path / "chosen" / "store")
+    try:
+        chosen.start(detach=False)
+        assert chosen.port != taken and chosen.proc is not None and chosen.proc.poll() is None
+        assert chosen.log_path.read_text().count("address already in use") == 2
+        nc = await nats.connect(chosen.url)
+        assert nc.connected_url is not None and nc.connected_url.port == chosen.port
+        await nc.close()
+    finally:
+        chosen.stop()
+
+
 # --- EmbeddedServer ----------------------------------------------------------------------
 
 
