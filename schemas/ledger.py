@@ -60,7 +60,8 @@ class RoundMetrics(Payload, frozen=True, kw_only=True):
     lever_mix: dict[str, int] = {}
     """Shipped edits so far per bucket."""
     rollouts: int = 0
-    """Attempts this round ran: main rollouts, gate evaluations and held-out rounds."""
+    """Attempts this round ran: its main rollouts and its gate evaluations (retries included; held-out rounds and
+    co-evolution's policy gate are not), counted on the log from the trace rounds the round cites."""
 
     @property
     def ship_prediction_accuracy(self) -> float | None:
@@ -81,11 +82,18 @@ class GameScore(Payload, frozen=True, kw_only=True):
 
 
 class LedgerEvent(Event, frozen=True, kw_only=True):
-    """Base of every ledger event: the run, and the digest of the run's previous ledger event."""
+    """Base of every ledger event: the run, the digest of the run's previous ledger event, and its signature."""
+
+    VERSION = 2
+    READS = (1,)
+    """Version 1 had no ``signature`` (and ``ledger.opened`` no ``public_key``)."""
 
     run_id: str
     prev: str = ""
     """``ledger_digest`` of the event before this one in the run's ledger (empty for the first)."""
+    signature: str = ""
+    """``ed25519:<base64>``: the writer's signature over this event's ``ledger_digest`` (empty: unsigned, as every
+    event written before hx signed its ledgers). Left out of the digest it signs."""
 
 
 class LedgerOpened(LedgerEvent, frozen=True, kw_only=True):
@@ -100,6 +108,8 @@ class LedgerOpened(LedgerEvent, frozen=True, kw_only=True):
     variant: str = "v0"
     settings: dict[str, Any] = {}
     heldout_digest: str = ""
+    public_key: str = ""
+    """``ed25519:<hex>``: the key every event of this ledger is signed with (empty: an unsigned ledger)."""
 
 
 class RoundDigested(LedgerEvent, frozen=True, kw_only=True):
@@ -326,9 +336,23 @@ LEDGER_EVENTS: tuple[type[LedgerEvent], ...] = (
     RoundDecided, EvolutionFinished)
 
 
+# The digest leaves out ``signature`` (it signs the digest) and an empty ``public_key``: an event written before
+# ledgers were signed digests to the very bytes it was chained by then.
+_plain = msgspec.msgpack.Encoder()  # keeps a map's order: the body's own (fields in order, nested maps sorted)
+
+
+def digested_body(event: LedgerEvent) -> bytes:
+    """The bytes a ledger event's digest covers: its encoded body without its signature (nor an empty key)."""
+    fields: dict[str, Any] = msgspec.msgpack.decode(encode_body(event))
+    del fields["signature"]
+    if fields.get("public_key") == "":
+        del fields["public_key"]
+    return _plain.encode(fields)
+
+
 def ledger_digest(event: LedgerEvent) -> str:
-    """The digest a ledger event is chained by: sha256 over its type and encoded body."""
-    return "sha256:" + hashlib.sha256(type(event).TYPE.encode() + b"\0" + encode_body(event)).hexdigest()
+    """The digest a ledger event is chained and signed by: sha256 over its type and its body without signature."""
+    return "sha256:" + hashlib.sha256(type(event).TYPE.encode() + b"\0" + digested_body(event)).hexdigest()
 
 
 def chained(event: LedgerEvent, prev: str) -> LedgerEvent:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from schemas.event import Event
+from schemas.event import Event, Payload
 
 AttemptStatus = Literal["completed", "interrupted", "budget_exhausted", "infra_failure"]
 SCORED_STATUSES: tuple[AttemptStatus, ...] = ("completed", "budget_exhausted")
@@ -65,16 +65,34 @@ class RoundStarted(Event, frozen=True, kw_only=True):
     """The number of its first attempt per task (attempts are ``first_attempt`` ..)."""
 
 
+class AttemptMark(Payload, frozen=True, kw_only=True):
+    """One attempt's verdict as its round's end records it (the ``attempt.finished`` on the log)."""
+
+    task_id: str
+    attempt: int
+    passed: bool
+
+
 class RoundFinished(Event, frozen=True, kw_only=True):
-    """A round ended."""
+    """A round ended: how many attempts ran and passed, and each attempt's verdict.
+
+    The verdicts sit on the round's own subject, so a reader that needs a round's outcomes (the
+    audit re-checking a gate verdict, a task history of rounds) reads one message per round and
+    never opens the attempts' frames.
+    """
 
     TYPE = "round.finished"
+    VERSION = 2
+    READS = (1,)
+    """Version 1 had no ``outcomes``."""
     LEVEL = "round"
 
     run_id: str
     round: int
     attempts: int = 0
     passed: int = 0
+    outcomes: tuple[AttemptMark, ...] = ()
+    """Every attempt's verdict as the log holds it, in task then attempt order (empty in version 1)."""
 
 
 class AttemptStarted(Event, frozen=True, kw_only=True):

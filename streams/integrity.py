@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType, StreamInfo
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageType, StreamInfo
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
@@ -36,6 +37,8 @@ from streams.errors import LogError
 
 HEADS_BUCKET = "hx_heads"
 _CAS_TRIES = 20
+_SHOWN_MAX = 1000
+"""Unreadable sequences listed at most (a damaged block can hold many)."""
 
 
 class StreamLoss(LogError):
@@ -234,3 +237,40 @@ class Heads:
         await kv.put(name, msgspec.json.encode(StreamHead(stream=name)))
         if self.mirror is not None:
             self.mirror.record([StreamHead(stream=name)], replace=True)
+
+
+async def unreadable(js: JetStreamContext, info: StreamInfo, *, batch: int = 1000) -> tuple[int, list[int]]:
+    """(messages the stream says it holds and will not serve, some of their sequences): a damaged stored copy.
+
+    The server checks a message's checksum as it loads it and serves none that fails, without
+    counting it as lost; so a byte edited in a ``.blk`` file leaves the stream's state whole and
+    the message gone from every read. One headers-only pass over the stream (no body is sent)
+    counts what it serves; the sequences it skips are listed when the stream deleted none.
+    """
+    state = info.state
+    first, last = int(state.first_seq or 0), int(state.last_seq or 0)
+    if not state.messages or last < first:
+        return 0, []
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, headers_only=True,
+                            inactive_threshold=60.0, mem_storage=True, num_replicas=1, max_waiting=1)
+    sub = await js.pull_subscribe("", stream=info.config.name, config=config)
+    served: set[int] = set()
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(batch, timeout=2.0)
+            except TimeoutError:
+                if ((await sub.consumer_info()).num_pending or 0) > 0:
+                    continue
+                break
+            served.update(m.metadata.sequence.stream for m in msgs)
+            if msgs and msgs[-1].metadata.num_pending == 0:
+                break
+    finally:
+        with contextlib.suppress(nats.errors.Error):  # an ephemeral consumer that outlives us times out on its own
+            await sub.unsubscribe()
+    damaged = int(state.messages) - len(served)
+    if damaged <= 0:
+        return 0, []
+    skipped = [seq for seq in range(first, last + 1) if seq not in served] if not state.num_deleted else []
+    return damaged, skipped[:_SHOWN_MAX]

@@ -42,7 +42,7 @@ from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
 from schemas.errors import HxError
 from schemas.event import Event
-from schemas.lifecycle import AttemptFinished, RoundFinished, RoundStarted, RunFinished, RunStarted
+from schemas.lifecycle import AttemptFinished, AttemptMark, RoundFinished, RoundStarted, RunFinished, RunStarted
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
 from streams.errors import ConcurrencyConflict
@@ -285,9 +285,6 @@ class Rollout:
         began = time.perf_counter()
         results = await self._attempts(run_id, round, tids, progress, label.first_attempt)
         elapsed = time.perf_counter() - began
-        finished = RoundFinished(run_id=run_id, round=round, attempts=len(results),
-                                 passed=sum(r.passed for r in results))
-        await self.log.append(subject, finished, key=_key(subject, finished))
         fields: dict[str, Any] = {
             "run_id": run_id, "round": round, "role": role, "model": scrub(self.models.main),
             "harness": self.harness_source, "harness_digest": self.harness.digest, "max_steps": s.max_steps,
@@ -296,12 +293,22 @@ class Rollout:
         mine = [AttemptOutcome(task_id=r.task_id, attempt=r.attempt, passed=r.passed, score=r.score, steps=r.steps,
                                status=r.status) for r in results]
         if self.writer is not None:  # the trace went elsewhere: the results are all there is
+            await self._finish(subject, run_id, round, mine)
             report = summarise(mine, attempts=s.attempts, task_order=names, source="results", **fields)
             return RoundOutcome(report, tuple(results))
         logged = await round_outcomes(self.log, run_id, round)
         cross_check(mine, logged)
+        await self._finish(subject, run_id, round, logged)
         report = summarise(logged, attempts=s.attempts, task_order=names, source="log", **fields)
         return RoundOutcome(report, tuple(results))
+
+    async def _finish(self, subject: str, run_id: str, round: int, outcomes: Sequence[AttemptOutcome]) -> None:
+        """``RoundFinished`` with every attempt's verdict, on the round's own subject."""
+        marks = tuple(AttemptMark(task_id=o.task_id, attempt=o.attempt, passed=o.passed)
+                      for o in sorted(outcomes, key=lambda o: (o.task_id, o.attempt)))
+        finished = RoundFinished(run_id=run_id, round=round, attempts=len(marks), passed=sum(m.passed for m in marks),
+                                 outcomes=marks)
+        await self.log.append(subject, finished, key=_key(subject, finished))
 
     async def _attempts(self, run_id: str, round: int, tids: Sequence[TaskId],
                         progress: Progress | None, first: int = 0) -> list[AttemptResult]:
