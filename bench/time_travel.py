@@ -9,7 +9,7 @@ Run from the repository root::
 
 It starts its own nats-server in a temporary directory (unless ``--nats-url``), writes a run
 of a few rounds (the random agent, through the same rollout code as ``hx run``), then for
-each projection (``task_history``, ``trace_store``, ``harness_state`` when the run has a
+each projection (``task_history``, ``trace_store``, ``edit_ledger`` when the run has a
 ledger) times, through ``ProjectionRunner`` (``catch_up`` and ``fold_as_of``):
 
 1. a full rebuild: the fold of the whole stream from sequence 1 (no checkpoint written);
@@ -45,7 +45,7 @@ from hx.harnesses import starter_harness
 from hx.replay.timetravel import AsOf, run_marks
 from hx.runtime.models import ModelConfig
 from projections.base import Projection
-from projections.harness_state import HarnessState
+from projections.ledger import EditLedger
 from projections.runner import ProjectionRunner
 from projections.snapshots import SNAPSHOT_EVERY, Snapshots
 from projections.task_history import TaskHistory
@@ -132,7 +132,7 @@ async def main(args: argparse.Namespace) -> None:
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             projections: list[Projection[Any]] = [TaskHistory(), TraceStore()]
             if marks.evolution:
-                projections.append(HarnessState())
+                projections.append(EditLedger())
             for every in args.every:
                 print(f"\nrun {run}: rounds {rounds[0]}..{rounds[-1]}, as of r{mid_round}; snapshots every {every} "
                       f"messages; median of {args.trials}")

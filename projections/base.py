@@ -54,6 +54,11 @@ class Projection(Generic[S]):
         """Serialise a state for a checkpoint."""
         return _canonical.encode(state)
 
+    def digest(self, state: S) -> str:
+        """The canonical digest of a state (``state_digest``; a projection whose state that cannot encode overrides
+        it, with ``encode``)."""
+        return state_digest(state)
+
     def decode(self, data: bytes) -> S:
         """Restore a state from a checkpoint."""
         result: S = msgspec.msgpack.decode(data, type=self.state_type)

@@ -11,7 +11,7 @@ from typing import Any
 
 from projections import plugins
 from projections.base import Projection
-from projections.harness_state import HarnessState
+from projections.ledger import EditLedger
 from projections.otel_spans import OtelSpans
 from projections.task_history import TaskHistory
 from projections.trace_store import TraceStore
@@ -19,7 +19,7 @@ from projections.trace_store import TraceStore
 PROJECTIONS: dict[str, type[Projection[Any]]] = {
     TraceStore.name: TraceStore,
     TaskHistory.name: TaskHistory,
-    HarnessState.name: HarnessState,
+    EditLedger.name: EditLedger,
 }
 """The built-in read models."""
 EXPORTS: dict[str, type[Projection[Any]]] = {

@@ -26,7 +26,7 @@ import msgspec
 import nats.errors
 from nats.js.errors import KeyNotFoundError, NotFoundError, ObjectNotFoundError
 
-from projections.base import Projection, state_digest
+from projections.base import Projection
 from projections.snapshots import SNAPSHOT_EVERY, Snapshots, put_blob
 from schemas.envelope import Record
 from schemas.errors import HxError
@@ -94,7 +94,7 @@ class ProjectionRunner(Generic[S]):
     @property
     def digest(self) -> str:
         """Canonical digest of the current state."""
-        return state_digest(self.state)
+        return self.projection.digest(self.state)
 
     # --- folding ------------------------------------------------------------------------
 
@@ -247,9 +247,10 @@ class ProjectionRunner(Generic[S]):
         The base ``Projection.encode`` is ``state_digest``'s encoding, so its snapshot bytes hash to the
         digest: a checkpoint then encodes a large state once instead of twice.
         """
-        if getattr(self.projection.encode, "__func__", None) is Projection.encode:
+        if getattr(self.projection.encode, "__func__", None) is Projection.encode and \
+                getattr(self.projection.digest, "__func__", None) is Projection.digest:
             return hashlib.sha256(snapshot).hexdigest()
-        return state_digest(self.state)
+        return self.projection.digest(self.state)
 
     async def _read_checkpoint(self) -> Checkpoint | None:
         kv = await self.log.js.key_value(POSITIONS_BUCKET)
@@ -278,7 +279,7 @@ class ProjectionRunner(Generic[S]):
             state = self.projection.decode(obj.data or b"")
         except msgspec.DecodeError:
             return self.position  # a corrupted snapshot is never trusted
-        if state_digest(state) != cp.digest:
+        if self.projection.digest(state) != cp.digest:
             return self.position  # a torn snapshot is never trusted
         self.state, self.position, self.applied = state, (cp.seq, cp.index), cp.applied
         self.resumed_from = self.position

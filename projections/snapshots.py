@@ -20,7 +20,7 @@ import msgspec
 from nats.js.api import ObjectMeta, ObjectMetaOptions
 from nats.js.errors import KeyNotFoundError, NotFoundError, ObjectNotFoundError
 
-from projections.base import Projection, state_digest
+from projections.base import Projection
 from streams.log import EventLog
 from streams.topology import BLOB_STORE, POSITIONS_BUCKET
 
@@ -87,7 +87,7 @@ class Snapshots:
                 state = self.projection.decode(obj.data or b"")
             except (NotFoundError, ObjectNotFoundError, msgspec.DecodeError):
                 continue
-            if state_digest(state) == ref.digest:
+            if self.projection.digest(state) == ref.digest:
                 return ref, state
         return None
 
@@ -106,6 +106,6 @@ class Snapshots:
         """Store the state as of ``seq``, then add it to the index (blob first: the index never names a torn one)."""
         await put_blob(self.log, snapshot_name(self.projection, seq), self.projection.encode(state))
         refs = {s.seq: s for s in await self.index()}
-        refs[seq] = SnapshotRef(seq, applied, state_digest(state))
+        refs[seq] = SnapshotRef(seq, applied, self.projection.digest(state))
         kv = await self.log.js.key_value(POSITIONS_BUCKET)
         await kv.put(snapshot_key(self.projection), msgspec.msgpack.encode(sorted(refs.values(), key=lambda s: s.seq)))

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from projections.base import Projection, state_digest
+from projections.base import Projection
 from projections.runner import START, Position, ProjectionRunner
 from projections.snapshots import Snapshots
 from schemas.envelope import Record
@@ -137,7 +137,7 @@ def _first_difference(expected: Any, actual: Any) -> str:
                 return f"key {key!r} missing"
             if key not in expected:
                 return f"unexpected key {key!r}"
-            if state_digest(expected[key]) != state_digest(actual[key]):
+            if expected[key] != actual[key]:
                 return f"key {key!r}: expected {expected[key]!r}, got {actual[key]!r}"
     return f"expected {expected!r:.300}, got {actual!r:.300}"
 

@@ -22,6 +22,7 @@ from hx_cli import hx, ok
 from schemas.event import event_type
 from schemas.ledger import LedgerEvent, ledger_digest
 from streams.server import NatsProcess
+from streams.signing import LedgerKey
 
 RUN = "audit-run"
 
@@ -59,13 +60,16 @@ def evolved_run(root: Path, run_id: str = RUN) -> Iterator[EvolvedRun]:
         server.stop()
 
 
-def rechained(lines: list[dict[str, Any]], start: int = 0) -> list[dict[str, Any]]:
-    """``audit.jsonl`` lines from ``start`` on with ``prev`` and ``digest`` recomputed (a forger's re-hash)."""
+def rechained(lines: list[dict[str, Any]], start: int = 0, key: LedgerKey | None = None) -> list[dict[str, Any]]:
+    """``audit.jsonl`` lines from ``start`` on with ``prev`` and ``digest`` recomputed (a forger's re-hash), and the
+    signatures made anew when the forger holds the ``key`` (else left as they were, no longer verifying)."""
     out = [dict(line) for line in lines]
     for i in range(start, len(out)):
         cls = event_type(out[i]["type"])
         body = dict(out[i]["event"], prev=out[i - 1]["digest"] if i else "")
         event = msgspec.convert(body, cls)
         assert isinstance(event, LedgerEvent)
+        if key is not None:
+            event = msgspec.structs.replace(event, signature=key.sign(ledger_digest(event)))
         out[i] = dict(out[i], event=msgspec.to_builtins(event), prev=event.prev, digest=ledger_digest(event))
     return out

@@ -1,6 +1,7 @@
 """Run an evolution on the toy world in a process of its own, for the kill-and-resume tests.
 
     python tests/evolve_worker.py <nats_url> <run_id> [--resume] [--pause-at ROUND:STAGE] [--risk-threshold R]
+                                  [--data-dir DIR]
 
 Prints one JSON line when the run ends: the live variants and their digests, each
 round's decision (outcome and ships), and the held-out figures. With ``--pause-at`` the
@@ -28,6 +29,7 @@ from hx.bench.rollout import RolloutSettings
 from hx.harnesses import starter_harness
 from streams.config import NatsSettings
 from streams.connection import connect
+from streams.signing import LedgerKey
 
 SPECS = ["toyworld:rooms", "toyworld:bell"]
 
@@ -40,7 +42,7 @@ def job(run_id: str, bench: ToyWorld, rounds: int = 4, risk: float = 0.7) -> Evo
                    settings=EvolveSettings(rounds=rounds, patience=rounds, strategy="ensemble", risk_threshold=risk))
 
 
-async def main(url: str, run_id: str, resume: bool, pause: str | None, risk: float) -> None:
+async def main(url: str, run_id: str, resume: bool, pause: str | None, risk: float, data_dir: str | None) -> None:
     bench = ToyWorld()
     stop_round, _, stop_stage = (pause or "").partition(":")
 
@@ -51,9 +53,11 @@ async def main(url: str, run_id: str, resume: bool, pause: str | None, risk: flo
 
     async with connect(NatsSettings(url=url)) as conn:
         report = await run_evolution(conn, [bench], job(run_id, bench, risk=risk),
-                                     Parts(OfflineEvolver(), Progress(stage=stage)), resume=resume)
+                                     Parts(OfflineEvolver(), Progress(stage=stage),
+                                           key=LedgerKey.of(data_dir) if data_dir else None), resume=resume)
     print(json.dumps({"variants": report.variants, "routing": report.routing,
                       "rounds": [[r.round, r.outcome, list(r.shipped)] for r in report.rounds],
+                      "rollouts": [r.rollouts for r in report.rounds],
                       "heldout": [[g, b.pass_at_2 if b else None, a.pass_at_2 if a else None]
                                   for g, b, a in report.games()]}), flush=True)
 
@@ -65,5 +69,6 @@ if __name__ == "__main__":
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--pause-at")
     parser.add_argument("--risk-threshold", type=float, default=0.7)
+    parser.add_argument("--data-dir")
     args = parser.parse_args()
-    asyncio.run(main(args.url, args.run_id, args.resume, args.pause_at, args.risk_threshold))
+    asyncio.run(main(args.url, args.run_id, args.resume, args.pause_at, args.risk_threshold, args.data_dir))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
-from hx.aegis.operations import apply, buckets_of, dimensions_of
+from hx.aegis.operations import buckets_of, dimensions_of
 from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness
 from schemas.edits import AnyEditOp, Attach, Manifest
@@ -14,6 +16,8 @@ from schemas.landscape import TaskDigest
 from schemas.ledger import (
     CandidateProposed,
     CriticJudged,
+    GateCheck,
+    GateJudged,
     HarnessShipped,
     LedgerEvent,
     LedgerOpened,
@@ -23,6 +27,7 @@ from schemas.ledger import (
 )
 
 STARTER = starter_harness("textworld")
+GATE_CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
 
 
 def attach(name: str, **params: object) -> Attach:
@@ -72,8 +77,21 @@ class LedgerRun:
         """Record that the task agent runs ``model`` from ``round`` on (co-evolution's next policy)."""
         self.records.append(ModelChanged(run_id=self.run_id, round=round, model=model, previous=self.state.model))
 
+    def gated(self, round: int, cid: str, outcome: Literal["ship", "fork"] = "ship",
+              clusters: tuple[str, ...] = ()) -> None:
+        """Record the gate's passing verdict on a proposed candidate (every check passed; a fork failed the seesaw)."""
+        if self.state.candidates[cid].gate is not None:
+            return
+        names = GATE_CHECKS if outcome == "ship" else GATE_CHECKS[:-1]
+        checks = tuple(GateCheck(name=n, passed=outcome == "ship" or n != "seesaw") for n in names)
+        self.records.append(GateJudged(run_id=self.run_id, round=round, candidate=cid,
+                                       variant=self.state.candidates[cid].proposal.variant, passed=True,
+                                       checks=checks, first_failure="" if outcome == "ship" else "seesaw",
+                                       outcome=outcome, clusters=clusters))
+
     def shipped(self, round: int, cid: str, variant: str | None = None) -> None:
-        """Record the ship of a proposed candidate (to its own variant unless told)."""
+        """Record the ship of a proposed candidate (to its own variant unless told), after its passing verdict."""
+        self.gated(round, cid)
         cand = self.state.candidates[cid].proposal
         variant = variant or cand.variant
         before = self.state.variants[variant].harness
@@ -88,7 +106,8 @@ class LedgerRun:
         self.shipped(round, cid)
 
     def forked(self, round: int, cid: str, variant: str, clusters: tuple[str, ...]) -> None:
-        """Record a fork of v0 into ``variant`` by a proposed candidate."""
+        """Record a fork of v0 into ``variant`` by a proposed candidate, after its passing verdict."""
+        self.gated(round, cid, "fork", clusters)
         cand = self.state.candidates[cid].proposal
         harness = apply(self.state.variants["v0"].harness, cand.operations)
         self.records.append(VariantForked(run_id=self.run_id, round=round, parent="v0", variant=variant, candidate=cid,

@@ -12,7 +12,6 @@ from toyworld import ToyWorld
 from hx.aegis.digester import (
     MAX_ANCHORS,
     actionability,
-    cluster_of,
     continuity,
     digest_round,
     digest_task,
@@ -23,6 +22,7 @@ from hx.aegis.taxonomy import categorise, features
 from hx.aegis.trials import Trials
 from hx.bench.rollout import RolloutSettings, RoundLabel
 from hx.bench.splits import Splits
+from hx.gate.rule import cluster_of
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
 from schemas.edits import Anchor

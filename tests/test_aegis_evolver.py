@@ -15,24 +15,15 @@ from ledger_run import LedgerRun, attach
 from hx.aegis import levers
 from hx.aegis.evolvers.base import Context, Proposal
 from hx.aegis.evolvers.offline import COMBINE_UP_TO, OfflineEvolver, relaxed
-from hx.aegis.operations import (
-    CODE_RISK,
-    RISK,
-    apply,
-    bucket_of,
-    buckets_of,
-    describe,
-    dimensions_of,
-    risk_of,
-    strings_in,
-)
+from hx.aegis.operations import CODE_RISK, RISK, bucket_of, buckets_of, dimensions_of, risk_of, strings_in
 from hx.aegis.planner import plan
-from hx.aegis.state import lever_of
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError, Interrupt
 from hx.harness.processor import build, processor_type, registered
 from hx.harnesses import starter_harness
 from hx.runtime.pipeline import HookPipeline
+from projections.ledger import lever_of
 from schemas.edits import Anchor, AnyEditOp, Attach, Remove, Reparam, Replace
 from schemas.event import Event
 from schemas.hooks import AfterTool, BeforeModel, ProcessorTriggered

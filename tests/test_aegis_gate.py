@@ -21,22 +21,24 @@ from ledger_run import attach
 from toyworld import ToyWorld
 
 import hx.harness.processor as processor_module
-from hx.aegis.code import CodeStore
 from hx.aegis.counterfactual import replay
 from hx.aegis.critic import LOW_HIT_RATE, STREAK, audit, review, supported
-from hx.aegis.digester import cluster_of, digest_round
+from hx.aegis.digester import digest_round
 from hx.aegis.evidence import Evidence
-from hx.aegis.gate import CHECKS, FORK_MARGIN, Forbidden, Fresh, Tries, Verdict, judge, seesaw
-from hx.aegis.operations import apply, buckets_of
+from hx.aegis.gate import Forbidden, judge
+from hx.aegis.operations import buckets_of
 from hx.aegis.smoke import SandboxCodeCheck
 from hx.aegis.state import RunState
 from hx.aegis.trials import RETRIES, Trials
 from hx.bench.rollout import RolloutSettings
 from hx.bench.splits import Splits
+from hx.gate.rule import CHECKS, FORK_MARGIN, Fresh, Tries, Verdict, cluster_of, seesaw
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harness.processor import build, processor_type
 from hx.harnesses import starter_harness
+from hx.runtime.code import CodeStore
 from hx.runtime.models import ModelConfig
 from hx.runtime.pipeline import HookPipeline
 from schemas.edits import Anchor, AnyEditOp, Attach, Manifest, Remove, Reparam

@@ -19,7 +19,6 @@ from model_server import RecordedReplies, serving
 from toyworld import ToyWorld
 
 import hx.harness.processor as processor_module
-from hx.aegis.code import CodeError, CodeStore, declared_processor, module_name, source_digest
 from hx.aegis.evolvers import EVOLVERS, make_evolver
 from hx.aegis.evolvers.base import Context, EvolverError
 from hx.aegis.evolvers.llm import LlmEvolver
@@ -27,13 +26,14 @@ from hx.aegis.evolvers.reply import EvolverReplyError
 from hx.aegis.ledger import Ledger
 from hx.aegis.llm_stages import LlmCritic, llm_prose
 from hx.aegis.meta import MetaAgent
-from hx.aegis.operations import apply
 from hx.aegis.planner import plan
 from hx.aegis.session import Parts, run_evolution
 from hx.aegis.smoke import SandboxCodeCheck, check, check_candidate
 from hx.aegis.state import RunState
+from hx.harness.edits import apply
 from hx.harnesses import starter_harness
 from hx.processors.sandbox import SandboxLimits
+from hx.runtime.code import CodeError, CodeStore, declared_processor, module_name, source_digest
 from hx.runtime.models import ModelConfig
 from schemas.edits import Anchor, Attach, Manifest
 from schemas.landscape import TaskDigest

@@ -9,9 +9,10 @@ import pytest
 from ledger_run import LedgerRun, attach, task
 
 from hx.aegis import levers
-from hx.aegis.operations import apply, bucket_of
-from hx.aegis.planner import DIMENSIONS, failure_groups, plan, regressions
+from hx.aegis.operations import bucket_of
+from hx.aegis.planner import DIMENSIONS, failure_groups, plan
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.processor import processor_type, registered
 from hx.harnesses import starter_harness
 from schemas.edits import BUCKETS, AnyEditOp, Remove, Reparam
@@ -42,7 +43,7 @@ def test_a_regression_is_a_task_solved_last_round_and_not_this_one() -> None:
     run.digested(0, [task("b:g:dev:1", passes=2), task("b:g:dev:2"), task("b:g:dev:3"), task("b:g:dev:5", passes=1)])
     now = [task("b:g:dev:1"), task("b:g:dev:2"), task("b:g:dev:3", passes=1), task("b:g:dev:4"),
            task("b:g:dev:5", passes=2)]
-    assert regressions(run.state, 1, now) == (Regression(task="b:g:dev:1", variant="v0", since_round=0),)
+    assert run.state.regressions(1, now) == (Regression(task="b:g:dev:1", variant="v0", since_round=0),)
 
 
 def test_a_regressions_suspects_are_last_rounds_ships_to_its_own_variant() -> None:
@@ -55,7 +56,7 @@ def test_a_regressions_suspects_are_last_rounds_ships_to_its_own_variant() -> No
     run.ship(1, "C-R1-02", (attach("undo_guard"),), ["a:x:dev:1"])
     run.digested(1, [task("a:x:dev:1", passes=1), task("a:y:dev:1", passes=1, variant="v1")])
     now = [task("a:x:dev:1"), task("a:y:dev:1", variant="v1")]
-    got = {r.task: r for r in regressions(run.state, 2, now)}
+    got = {r.task: r for r in run.state.regressions(2, now)}
     assert got["a:x:dev:1"].suspects == ("C-R1-02",)  # not C-R0-01 (older) nor the fork (another variant)
     assert got["a:y:dev:1"].suspects == ("C-R1-01",) and got["a:y:dev:1"].variant == "v1"
     assert all(r.since_round == 1 for r in got.values())

@@ -9,9 +9,9 @@ from typing import Literal
 
 from ledger_run import LedgerRun, attach, task
 
-from hx.aegis.gate import Verdict
 from hx.aegis.shipping import fork, ship, ship_approved
 from hx.aegis.state import RunState
+from hx.gate.rule import Verdict
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,

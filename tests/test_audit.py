@@ -17,12 +17,13 @@ from ledger_run import LedgerRun
 
 from hx.aegis.ledger import Ledger
 from hx.cli.audit import EXIT_NOT_VERIFIED
-from hx.replay.ledger_view import ledger_filter
 from schemas.edits import Anchor, Manifest
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TYPE
 from schemas.ledger import GateCheck, GateJudged, RoundDigested
 from streams.config import NatsSettings
 from streams.connection import connect
+from streams.edit_ledger import ledger_filter
+from streams.signing import LedgerKey
 from streams.topology import LEDGER
 
 SHIPS = ("ledger.harness_shipped", "ledger.variant_forked")
@@ -243,16 +244,21 @@ def test_a_reordered_pair_is_named(evolved: EvolvedRun, tmp_path: Path) -> None:
             f"(ledger.gate_judged), which it chains to: reordered") in report
 
 
-def test_a_forged_ship_that_keeps_the_chain_is_caught_by_its_fold(evolved: EvolvedRun, tmp_path: Path) -> None:
-    """Re-hashing the chain after an edit hides the edit from the chain, not from the fold of the edits."""
+@pytest.mark.parametrize("with_key", [False, True], ids=["forger", "forger-with-key"])
+def test_a_forged_ship_that_keeps_the_chain_is_caught_by_its_fold(evolved: EvolvedRun, tmp_path: Path,
+                                                                   with_key: bool) -> None:
+    """Re-hashing the chain after an edit hides the edit from the chain, not from the signatures (unless the forger
+    holds the key) nor from the fold of the edits."""
     lines = audit_lines(evolved)
     k = next(i for i, line in enumerate(lines) if line["type"] == "ledger.harness_shipped")
     ops = lines[k]["event"]["operations"]
     lines[k]["event"]["operations"] = ops[:-1] if len(ops) > 1 else [*ops, ops[0]]
-    forged = write(tmp_path / "a.jsonl", rechained(lines, k))
+    key = LedgerKey.of(evolved.data_dir) if with_key else None
+    forged = write(tmp_path / "a.jsonl", rechained(lines, k, key))
     report = not_verified(evolved.hx("audit", "verify", "--file", str(forged)))
     headline = report.splitlines()[0]
-    assert "chain" not in headline and "edited" not in headline and "(fold, input)" in headline
+    assert "chain" not in headline and "edited" not in headline
+    assert ("(fold, input)" if with_key else "(fold, input, signature)") in headline
     ship = f"event {lines[k]['position']} (ledger.harness_shipped)"
     assert f"{ship}: its edits applied to {lines[k]['event']['variant']}'s harness give sha256:" in report
     assert f"{ship}: its edits are not those of {lines[k]['event']['candidates'][0]} as proposed" in report

@@ -200,8 +200,8 @@ def test_projections_rebuild_then_status_agree(demo_url: str) -> None:
 
     never = ok(hx("--nats-url", demo_url, "projections", "status")).stdout
     blocks = dict(re.findall(r"^(\w+) \(v\d+, (HX_\w+)", never, flags=re.M))
-    assert blocks == {"harness_state": "HX_LEDGER", "task_history": "HX_TRACE", "trace_store": "HX_TRACE"}
-    # The demo rebuilt task_history too; it wrote no ledger, so only harness_state never ran.
+    assert blocks == {"edit_ledger": "HX_LEDGER", "task_history": "HX_TRACE", "trace_store": "HX_TRACE"}
+    # The demo rebuilt task_history too; it wrote no ledger, so only edit_ledger never ran.
     assert never.count("never run") == 1 and "never run" in never.split("task_history")[0]
     assert len(DIGEST.findall(never)) == 2
 

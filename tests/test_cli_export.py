@@ -16,10 +16,11 @@ from ledger_run import attach
 from toybench import RANDOM, ToyBench
 
 from hx.aegis.ledger import Ledger
-from hx.aegis.operations import apply, buckets_of, dimensions_of
+from hx.aegis.operations import buckets_of, dimensions_of
 from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.cli import export as export_cli
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harnesses import starter_harness
 from schemas.edits import Anchor, Attach, Manifest

@@ -31,6 +31,7 @@ from hx.replay.compare import compare_attempt
 from hx.replay.replayer import harness_on_ledger
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task, Tool
+from projections.ledger import RunLedger
 from schemas.edits import Reparam
 from schemas.envelope import Record
 from schemas.history import resolve
@@ -223,9 +224,9 @@ async def publish(nats_url: str, subject: str, body: bytes, headers: dict[str, s
 def test_a_candidate_round_replays_under_the_harness_its_ledger_builds(nats_url: str) -> None:
     evo = LedgerRun(run_id="toy-evo")
     cand = evo.proposed(0, "C-R0-01", (Reparam(group="history_window", params={"keep_last": 4}),))
-    built = harness_on_ledger(evo.records, cand.digest)
+    built = harness_on_ledger(RunLedger.of(evo.records), cand.digest)
     assert built is not None and built[0].digest == cand.digest and "candidate C-R0-01" in built[1]
-    assert harness_on_ledger(evo.records, "sha256:nothing") is None
+    assert harness_on_ledger(RunLedger.of(evo.records), "sha256:nothing") is None
 
     async def write() -> None:
         async with connect(NatsSettings(url=nats_url)) as conn:
@@ -259,7 +260,7 @@ def staged_run(nats_url: str) -> None:
     evo.forked(0, "C-R0-02", "v1", ("c",))
     second = evo.proposed(1, "C-R1-03", SAME_EDIT)
     assert first.digest == second.digest
-    edited = harness_on_ledger(evo.records, first.digest)
+    edited = harness_on_ledger(RunLedger.of(evo.records), first.digest)
     assert edited is not None
     rounds = [(STARTER, RoundLabel(purpose="main", variant="v0", stage_round=0)),
               (edited[0], RoundLabel(purpose="gate", variant="v0", candidate="C-R0-02", stage_round=0)),

@@ -11,12 +11,13 @@ import pytest
 import timetravel_kit as kit
 from hx_cli import error_line, hx, ok
 
-from hx.aegis.operations import describe
+from hx.harness.edits import describe
 from hx.replay.bisect import Bisection, Edit, Trial, rerun_model
 from hx.replay.regressions import AttemptEvidence
-from hx.replay.timetravel import AsOf, TimeTravelError, parse_as_of, run_marks
+from hx.replay.timetravel import AsOf, parse_as_of, run_marks
+from hx.replay.trace_rounds import TimeTravelError
 from projections.base import Projection
-from projections.harness_state import HarnessState
+from projections.ledger import EditLedger
 from projections.runner import ProjectionRunner
 from projections.snapshots import Snapshots
 from projections.task_history import TaskHistory
@@ -105,7 +106,7 @@ def test_state_as_of_a_ledger_position_before_the_first_ship(world: tuple[str, k
     assert at["harness"]["v0"]["digest"] == built.harnesses[1].digest
 
 
-@pytest.mark.parametrize("projection", [TaskHistory, TraceStore, HarnessState])
+@pytest.mark.parametrize("projection", [TaskHistory, TraceStore, EditLedger])
 def test_as_of_equals_a_rebuild_stopped_there_and_reuses_snapshots(world: tuple[str, kit.BuiltRun],
                                                                    projection: type[Projection[Any]]) -> None:
     url, _ = world
@@ -167,18 +168,18 @@ def test_projections_rebuild_as_of_a_round_matches_the_state_at_that_round(world
 
     seq, digest = asyncio.run(expected())
     assert f"as of r0 (HX_TRACE {seq})" in out and digest in out
-    ledger = ok(hx("--nats-url", url, "projections", "rebuild", "harness_state", "--as-of", "r1", "--run",
+    ledger = ok(hx("--nats-url", url, "projections", "rebuild", "edit_ledger", "--as-of", "r1", "--run",
                    kit.RUN)).stdout
     assert "HX_LEDGER" in ledger
 
     async def whole_ledger() -> tuple[int, str]:
         async with connect(NatsSettings(url=url)) as conn:
-            runner: ProjectionRunner[Any] = ProjectionRunner(conn.log, HarnessState())
+            runner: ProjectionRunner[Any] = ProjectionRunner(conn.log, EditLedger())
             await runner.catch_up(checkpoint=False)
             return await conn.log.last_seq(LEDGER.name), runner.digest
 
     last, full = asyncio.run(whole_ledger())
-    at_seq = ok(hx("--nats-url", url, "projections", "rebuild", "harness_state", "--as-of", str(last))).stdout
+    at_seq = ok(hx("--nats-url", url, "projections", "rebuild", "edit_ledger", "--as-of", str(last))).stdout
     assert f"as of {last} (HX_LEDGER {last})" in at_seq and full in at_seq
 
 

@@ -19,10 +19,12 @@ from typing import Any
 import toyworld
 
 from hx.aegis.ledger import Ledger
-from hx.aegis.operations import apply, buckets_of, dimensions_of
+from hx.aegis.operations import buckets_of, dimensions_of
 from hx.bench.results import game_of
 from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.gate.rule import CHECKS
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
@@ -33,6 +35,8 @@ from schemas.learn import PolicyGated, PolicyUpdated
 from schemas.ledger import (
     CandidateProposed,
     EvolutionFinished,
+    GateCheck,
+    GateJudged,
     HarnessShipped,
     LedgerOpened,
     RoundDecided,
@@ -93,6 +97,12 @@ def proposal(cid: str, base: HarnessConfig, ops: tuple[Attach, ...], flips: Sequ
                              base_digest=base.digest, digest=apply(base, ops).digest, risk=0.1)
 
 
+def passed(cand: CandidateProposed) -> GateJudged:
+    """The gate's verdict that lets a candidate ship: every check passed (on the ledger alone: no trace round)."""
+    return GateJudged(run_id=cand.run_id, round=cand.round, candidate=cand.candidate, variant=cand.variant,
+                      passed=True, outcome="ship", checks=tuple(GateCheck(name=n, passed=True) for n in CHECKS))
+
+
 async def build_run(url: str, run: str = RUN) -> BuiltRun:
     """Write the run: ledger opened, round 0 rolled out, digested, two ships, round 1 rolled out, digested."""
     h0 = starter_harness("textworld")
@@ -116,12 +126,12 @@ async def build_run(url: str, run: str = RUN) -> BuiltRun:
             await ledger.append(RoundDigested(run_id=run, round=0, actionability=len(failing) / len(d0), digests=d0,
                                               trace_rounds=(0,)))
             c1, c2 = proposal("C-R0-01", h0, EDIT_1, failing[:1], run), proposal("C-R0-02", h1, EDIT_2, failing, run)
-            await ledger.append(c1, HarnessShipped(run_id=run, round=0, variant="v0", candidates=("C-R0-01",),
-                                                   digest_before=h0.digest, digest_after=h1.digest,
-                                                   operations=EDIT_1, harness=h1.to_dict()))
-            await ledger.append(c2, HarnessShipped(run_id=run, round=0, variant="v0", candidates=("C-R0-02",),
-                                                   digest_before=h1.digest, digest_after=h2.digest,
-                                                   operations=EDIT_2, harness=h2.to_dict()))
+            await ledger.append(c1, passed(c1), HarnessShipped(
+                run_id=run, round=0, variant="v0", candidates=("C-R0-01",), digest_before=h0.digest,
+                digest_after=h1.digest, operations=EDIT_1, harness=h1.to_dict()))
+            await ledger.append(c2, passed(c2), HarnessShipped(
+                run_id=run, round=0, variant="v0", candidates=("C-R0-02",), digest_before=h1.digest,
+                digest_after=h2.digest, operations=EDIT_2, harness=h2.to_dict()))
             await ledger.append(RoundDecided(run_id=run, round=0, outcome="shipped", shipped=("C-R0-01", "C-R0-02"),
                                              metrics=metrics(d0)))
             # A learner's pass after round 0, as a co-evolution run records it (the agent stays random here).

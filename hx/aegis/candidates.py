@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from hx.aegis.evolvers.base import Proposal
 from hx.aegis.gate import CodeCheck
-from hx.aegis.operations import apply, buckets_of, dimensions_of, risk_of
+from hx.aegis.operations import buckets_of, dimensions_of, risk_of
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from schemas.ledger import CandidateProposed
 

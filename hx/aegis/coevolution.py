@@ -47,8 +47,9 @@ from hx.aegis.settings import CoevolveMode
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
 from hx.learner.trainer import Learner, LearnerSettings
+from projections.ledger import RunLedger
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import RoundDecided, RoundDigested
+from schemas.ledger import RoundDecided
 
 LearnerRecord = PolicyUpdated | UpdateSkipped | PolicyGated
 
@@ -83,7 +84,7 @@ class Coevolution:
     @classmethod
     def of(cls, ledger: Ledger, trials: Trials, settings: CoevolveSettings) -> Coevolution:
         """The co-evolution of a run, with the budget its decided rounds spent (a resumed run's)."""
-        spent = sum(r.metrics.rollouts for r in ledger.records if isinstance(r, RoundDecided))
+        spent = sum(d.metrics.rollouts for d in RunLedger.of(ledger.records).decisions.values())
         return cls(Learner(trials.log, ledger.run_id, settings.learner), trials, settings, ledger, rollouts=spent)
 
     @property
@@ -110,7 +111,7 @@ class Coevolution:
             return False
         if self.settings.mode == "model" or not self.settings.learn_after_stall:
             return True
-        return any(isinstance(r, RoundDecided) and r.idle for r in self.ledger.records)
+        return any(d.idle for d in RunLedger.of(self.ledger.records).decisions.values())
 
     def _use(self) -> None:
         # only the task agent changes: judge, other roles, fallbacks and parameters stay as configured
@@ -126,9 +127,9 @@ class Coevolution:
 
     async def _gate(self, update: PolicyUpdated) -> PolicyGated:
         """Judge the pass's new policy on the tasks the last digested round solved; record the verdict."""
-        records = self.ledger.records
-        digested = next((r for r in reversed(records) if isinstance(r, RoundDigested)), None)
-        state = RunState.of(records)
+        state = RunState.of(self.ledger.records)
+        last = max(state.digests, default=None)
+        digested = state.ledger.rounds[last].digested if last is not None else None
         before = self.trials.rollouts
         lost: list[str] = []
         rounds: list[int] = []

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hx.aegis import levers
-from hx.aegis.state import RunState, levers_of
+from hx.aegis.state import RunState
+from projections.ledger import levers_of
 from schemas.edits import Remove
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateConcern, CandidateProposed

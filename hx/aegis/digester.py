@@ -21,17 +21,12 @@ import msgspec
 
 from hx.aegis.evidence import AttemptFacts
 from hx.aegis.taxonomy import categorise, features
-from hx.bench.results import game_of
+from hx.gate.rule import cluster_of
 from schemas.edits import Anchor
 from schemas.landscape import FAILURE_CATEGORIES, Continuity, TaskDigest
 
 MAX_ANCHORS = 3
 _ANCHOR_ORDER = ("interrupt", "refused", "invalid", "finished")
-
-
-def cluster_of(task_id: str) -> str:
-    """The cluster a task is routed by: its game, as the reports group it (``benchmark:game``)."""
-    return game_of(task_id)
 
 
 def continuity(history: Sequence[bool], solved: bool) -> Continuity:

@@ -25,19 +25,18 @@ from typing import Any
 import msgspec
 
 from hx.aegis import levers
-from hx.aegis.export_fold import RoundRecords, RunFold, json_text, link, rate, ratio, table
+from hx.aegis.export_fold import RunFold, json_text, link, rate, ratio, table
 from hx.aegis.export_journal import journal
 from hx.aegis.export_rounds import (
     applied_path,
     candidate_path,
-    carried,
     round_files,
     verdict_path,
 )
-from hx.aegis.operations import describe
-from hx.aegis.state import Ship
+from hx.harness.edits import describe
+from projections.ledger import RoundRecords, Ship
 from schemas.edits import BUCKETS
-from schemas.ledger import HarnessShipped, LedgerEvent, VariantForked, ledger_digest
+from schemas.ledger import HarnessShipped, LedgerEvent, ledger_digest
 
 TrajectoryFiles = Mapping[int, Mapping[str, Sequence[str]]]
 """Round -> task -> the names of its trajectory files in ``R<n>/trajectories/``."""
@@ -95,7 +94,7 @@ def ship_outcome(fold: RunFold, ship: Ship) -> dict[str, Any]:
     tested = [t for t in ship.manifest.predicted_flips if t in nxt]
     realised = [t for t in tested if nxt[t].solved]
     attributed = [t for t in realised if ship.manifest.attribution in nxt[t].implicated]
-    forked = any(not isinstance(s, HarnessShipped) and s.candidate == ship.candidate for s in fold.ships)
+    forked = any(s.kind == "fork" and ship.candidate in s.candidates for s in fold.ships)
     return {"round": ship.round, "kind": "fork" if forked else "ship", "variant": ship.variant,
             "candidate": ship.candidate, "levers": list(ship.levers), "buckets": list(ship.buckets),
             "predicted_flips": list(ship.manifest.predicted_flips),
@@ -128,9 +127,8 @@ def rejection(fold: RunFold, cid: str) -> tuple[str, str, str]:
         return "critic", "not judged", rnd.decided.reason if rnd.decided else "the run stopped before the critic"
     if critic.no_op or cid not in critic.ranking:
         return "critic", "no-op" if critic.no_op else "left out of the ranking", concerns
-    first = [s for s in rnd.ships if s.variant == cand.proposal.variant
-             or (isinstance(s, VariantForked) and s.parent == cand.proposal.variant)]
-    return "gate", "not gated", (f"ranked, but {'+'.join(carried(first[0]))} shipped or forked from its variant "
+    first = [s for s in rnd.ships if cand.proposal.variant in (s.variant, s.on)]
+    return "gate", "not gated", (f"ranked, but {'+'.join(first[0].candidates)} shipped or forked from its variant "
                                  "first" if first else "ranked, but its variant or bucket was taken")
 
 
@@ -175,10 +173,11 @@ def scoreboard(fold: RunFold) -> dict[str, Any]:
     """Ships and forks, and each bucket's and lever's record: proposed, shipped, predicted, realised, hit rate."""
     state = fold.state
     ships = []
-    for s in fold.ships:
-        cands = [state.candidates[c] for c in carried(s) if c in state.candidates]
-        entry: dict[str, Any] = {"round": s.round, "kind": "ship" if isinstance(s, HarnessShipped) else "fork",
-                                 "variant": s.variant, "candidates": list(carried(s)),
+    for record in fold.ships:
+        s = record.event
+        cands = [state.candidates[c] for c in record.candidates if c in state.candidates]
+        entry: dict[str, Any] = {"round": s.round, "kind": record.kind,
+                                 "variant": s.variant, "candidates": list(record.candidates),
                                  "levers": list(dict.fromkeys(v for c in cands for v in c.levers)),
                                  "buckets": list(dict.fromkeys(b for c in cands for b in c.proposal.buckets))}
         if isinstance(s, HarnessShipped):

@@ -1,12 +1,10 @@
-"""The fold behind ``hx export``: a run's ledger records grouped by round, and the text helpers its files share.
+"""What ``hx export`` reads of a run: its ledger's one fold with harnesses built, and the text helpers of its files.
 
-``RunFold.of`` reads a run's ledger events once, in order, and keeps what the exported
-files need: every round's records (digests, landscape, candidates as first proposed and
-as revised, the critic, the verdicts in gate order, approvals, ships, forks, retirements,
-held-out scores, the decision), the harness each candidate was built on (its variant's
-harness at the ledger position of its proposal), and the ships recorded between two
-rounds' rollouts. The ``RunState`` the loop folds is folded along, so the exported
-figures are the loop's own.
+``RunFold.of`` folds a run's ledger events once (``projections.ledger.RunLedger``: every round's
+records, candidates as first proposed and as revised, verdicts in gate order, approvals, ships,
+forks, retirements, held-out scores, decisions, the ships recorded between two rounds'
+rollouts) into the loop's own ``RunState``, so the exported figures are the loop's own; the
+harness each candidate was built on is its variant's version in force at its proposal.
 """
 
 from __future__ import annotations
@@ -15,34 +13,17 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from hx.aegis.state import RunState
+from hx.aegis.state import LedgerInvalid, RunState
 from hx.harness.config import HarnessConfig
+from projections.ledger import RoundRecords, RunLedger, ShipRecord
 from schemas.errors import HxError
 from schemas.landscape import TaskDigest
-from schemas.ledger import (
-    ApprovalGiven,
-    ApprovalRequested,
-    CandidateProposed,
-    CandidateRevised,
-    CriticJudged,
-    EvolutionFinished,
-    GateJudged,
-    HarnessShipped,
-    HeldoutScored,
-    LandscapePlanned,
-    LedgerEvent,
-    LedgerOpened,
-    RoundDecided,
-    RoundDigested,
-    VariantForked,
-    VariantRetired,
-)
+from schemas.ledger import ApprovalGiven, CandidateProposed, EvolutionFinished, HeldoutScored, LedgerEvent, LedgerOpened
 
-ShipEvent = HarnessShipped | VariantForked
 _KEEP = re.compile(r"[A-Za-z0-9.\-]")
 _NAME_MAX = 160
 
@@ -52,126 +33,88 @@ class ExportError(HxError):
 
 
 @dataclass
-class RoundRecords:
-    """Everything the ledger recorded for one evolution round, in ledger order."""
-
-    round: int
-    digested: RoundDigested | None = None
-    landscape: LandscapePlanned | None = None
-    proposed: list[CandidateProposed] = field(default_factory=list)
-    """Candidates as first proposed."""
-    revised: dict[str, CandidateRevised] = field(default_factory=dict)
-    critic: CriticJudged | None = None
-    gates: dict[str, GateJudged] = field(default_factory=dict)
-    """Candidate -> its verdict, in the order the gate judged them."""
-    approvals: list[ApprovalRequested] = field(default_factory=list)
-    ships: list[ShipEvent] = field(default_factory=list)
-    """Harness ships and forks of this round."""
-    retired: list[VariantRetired] = field(default_factory=list)
-    heldout: list[HeldoutScored] = field(default_factory=list)
-    decided: RoundDecided | None = None
-    between: list[ShipEvent] = field(default_factory=list)
-    """Ships and forks recorded after the previous round's digest and before this round's."""
-
-
-@dataclass
 class RunFold:
-    """A run's ledger, folded for export."""
+    """A run's ledger, folded for export: the fold, and the loop's state with its harnesses built."""
 
-    records: list[LedgerEvent]
-    opened: LedgerOpened
     state: RunState
-    rounds: dict[int, RoundRecords] = field(default_factory=dict)
-    bases: dict[str, HarnessConfig | None] = field(default_factory=dict)
-    """Candidate -> the harness of its variant when it was proposed (None: the variant did not exist)."""
-    answers: dict[str, ApprovalGiven] = field(default_factory=dict)
-    heldout: list[HeldoutScored] = field(default_factory=list)
-    ships: list[ShipEvent] = field(default_factory=list)
-    finished: EvolutionFinished | None = None
-    _history: dict[str, list[tuple[int, TaskDigest]]] | None = None
 
     @classmethod
     def of(cls, records: Sequence[LedgerEvent]) -> RunFold:
         """Fold a run's ledger records (the first is its ``LedgerOpened``); ``ExportError`` if they do not fold."""
-        if not records or not isinstance(records[0], LedgerOpened):
-            raise ExportError("a run's ledger must start with ledger.opened")
         try:
-            state = RunState.of(records[:1])
+            return cls(RunState.of(records))
+        except LedgerInvalid as exc:
+            raise ExportError(str(exc)) from None
         except HxError as exc:
-            raise ExportError(f"the initial harness of run {records[0].run_id!r} does not build: {exc}") from None
-        fold = cls(list(records), records[0], state)
-        pending: list[ShipEvent] = []
-        for position, record in enumerate(records[1:], 2):
-            fold._note(record, pending)
-            try:
-                state.fold(record)
-            except (HxError, KeyError) as exc:
-                raise ExportError(f"ledger event {position} ({type(record).TYPE}) of run {fold.opened.run_id!r} "
-                                  f"does not fold: {type(exc).__name__}: {exc}") from None
-        return fold
+            run = records[0].run_id if records else "?"
+            raise ExportError(f"a harness recorded on the ledger of run {run!r} does not build: {exc}") from None
+
+    @property
+    def ledger(self) -> RunLedger:
+        """The ledger's fold."""
+        return self.state.ledger
+
+    @property
+    def records(self) -> list[LedgerEvent]:
+        """Every ledger event, in order."""
+        return [e.event for e in self.ledger.entries]
+
+    @property
+    def opened(self) -> LedgerOpened:
+        """The run's first ledger event."""
+        return self.state.opened
+
+    @property
+    def rounds(self) -> dict[int, RoundRecords]:
+        """Round -> its records."""
+        return self.ledger.rounds
+
+    @property
+    def answers(self) -> dict[str, ApprovalGiven]:
+        """Candidate -> a human's answer."""
+        return self.ledger.answers
+
+    @property
+    def heldout(self) -> list[HeldoutScored]:
+        """Every held-out score, in order."""
+        return self.ledger.heldout
+
+    @property
+    def ships(self) -> list[ShipRecord]:
+        """Every ship and fork, in order."""
+        return self.ledger.shipments
+
+    @property
+    def finished(self) -> EvolutionFinished | None:
+        """The run's end, if it ended."""
+        return self.ledger.finished
+
+    def base(self, candidate: str) -> HarnessConfig | None:
+        """The harness of a candidate's variant when it was proposed (None: the variant did not exist then)."""
+        cand = self.ledger.candidates[candidate]
+        variant = self.ledger.variants.get(cand.proposal.variant)
+        version = variant.before(cand.position) if variant is not None else None
+        return self.state.harness(version.digest, version.harness) if version is not None else None
 
     def round(self, n: int) -> RoundRecords:
-        """The records of round ``n`` (created empty on first use)."""
-        if n not in self.rounds:
-            self.rounds[n] = RoundRecords(n)
-        return self.rounds[n]
-
-    def _note(self, record: LedgerEvent, pending: list[ShipEvent]) -> None:
-        if isinstance(record, RoundDigested):
-            rnd = self.round(record.round)
-            rnd.digested, rnd.between = record, list(pending)
-            pending.clear()
-        elif isinstance(record, LandscapePlanned):
-            self.round(record.round).landscape = record
-        elif isinstance(record, CandidateProposed):
-            variant = self.state.variants.get(record.variant)
-            self.bases[record.candidate] = variant.harness if variant is not None else None
-            self.round(record.round).proposed.append(record)
-        elif isinstance(record, CandidateRevised):
-            self.round(record.round).revised[record.candidate] = record
-        elif isinstance(record, CriticJudged):
-            self.round(record.round).critic = record
-        elif isinstance(record, GateJudged):
-            self.round(record.round).gates[record.candidate] = record
-        elif isinstance(record, ApprovalRequested):
-            self.round(record.round).approvals.append(record)
-        elif isinstance(record, ApprovalGiven):
-            self.answers[record.candidate] = record
-        elif isinstance(record, HarnessShipped | VariantForked):
-            self.round(record.round).ships.append(record)
-            self.ships.append(record)
-            pending.append(record)
-        elif isinstance(record, VariantRetired):
-            self.round(record.round).retired.append(record)
-        elif isinstance(record, HeldoutScored):
-            self.heldout.append(record)
-            if record.round >= 0:
-                self.round(record.round).heldout.append(record)
-        elif isinstance(record, RoundDecided):
-            self.round(record.round).decided = record
-        elif isinstance(record, EvolutionFinished):
-            self.finished = record
+        """The records of round ``n`` (empty when the ledger has none)."""
+        return self.ledger.rounds.get(n) or RoundRecords(n)
 
     def ordered(self) -> list[RoundRecords]:
         """The rounds in order."""
-        return [self.rounds[n] for n in sorted(self.rounds)]
+        return self.ledger.ordered()
 
     def final(self, candidate: str) -> CandidateProposed:
         """A candidate as the gate saw it (its revision applied)."""
-        return self.state.candidates[candidate].proposal
+        return self.ledger.candidates[candidate].proposal
 
     def shipped(self) -> set[str]:
         """The candidates that shipped or forked."""
-        return {s.candidate for s in self.state.ships}
+        return self.ledger.shipped()
 
     def history(self, task: str) -> list[tuple[int, TaskDigest]]:
         """A task's digests, round by round."""
-        if self._history is None:
-            self._history = {}
-            for rnd in sorted(self.state.digests):
-                for d in self.state.digests[rnd]:
-                    self._history.setdefault(d.task, []).append((rnd, d))
-        return self._history.get(task, [])
+        return [(rnd, d) for rnd, digests in self.ledger.digests.items() for d in digests if d.task == task]
 
 
 # --- names and text --------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from hx.aegis.export_fold import RoundRecords, RunFold, link, listed, rate
+from hx.aegis.export_fold import RunFold, link, listed, rate
 from hx.aegis.export_rounds import candidate_path, ship_line
-from hx.aegis.operations import describe
+from hx.harness.edits import describe
+from projections.ledger import RoundRecords
 from schemas.ledger import HeldoutScored
 
 

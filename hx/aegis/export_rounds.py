@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from hx.aegis.export_fold import RoundRecords, RunFold, ShipEvent, link, listed, rate, safe_name, table
-from hx.aegis.operations import apply, describe
+from hx.aegis.export_fold import RunFold, link, listed, rate, safe_name, table
+from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
+from projections.ledger import RoundRecords, ShipRecord
 from schemas.edits import AnyEditOp, Attach, Manifest, Reparam, Replace
 from schemas.landscape import Landscape, TaskDigest
 from schemas.ledger import CandidateProposed, GateJudged, HarnessShipped, RoundMetrics
@@ -39,8 +40,9 @@ def trajectory_name(task: str, attempt: int) -> str:
     return f"{safe_name(task)}.{attempt}.jsonl"
 
 
-def ship_line(ship: ShipEvent) -> str:
+def ship_line(record: ShipRecord) -> str:
     """One line saying what a ship or fork did."""
+    ship = record.event
     if isinstance(ship, HarnessShipped):
         return (f"round {ship.round}: shipped {listed(ship.candidates)} to `{ship.variant}` "
                 f"({ship.digest_before[:19]} -> {ship.digest_after[:19]})")
@@ -48,14 +50,9 @@ def ship_line(ship: ShipEvent) -> str:
             f"(serving {listed(ship.clusters, 'no cluster yet')}; {ship.digest[:19]})")
 
 
-def carried(ship: ShipEvent) -> tuple[str, ...]:
-    """The candidates a ship or fork carried."""
-    return ship.candidates if isinstance(ship, HarnessShipped) else (ship.candidate,)
-
-
-def ship_name(ship: ShipEvent) -> str:
+def ship_name(ship: ShipRecord) -> str:
     """The candidates a ship or fork carried, joined by ``+``."""
-    return "+".join(carried(ship))
+    return "+".join(ship.candidates)
 
 
 def _ops(operations: Sequence[AnyEditOp]) -> str:
@@ -82,7 +79,7 @@ def _manifest(m: Manifest, known: set[str]) -> str:
 
 def applied(fold: RunFold, cand: CandidateProposed) -> tuple[str | None, str]:
     """The YAML of the harness a candidate builds, or None and why not; plus a note on its digest."""
-    base = fold.bases.get(cand.candidate)
+    base = fold.base(cand.candidate)
     if base is None:
         return None, f"not built: variant `{cand.variant}` did not exist when it was proposed"
     try:
@@ -111,7 +108,7 @@ def candidate_card(fold: RunFold, rnd: RoundRecords, first: CandidateProposed, b
     if record.waiting or record.approval is not None:
         fate += ("; waits for a human's approval" if record.waiting else
                  f"; {'approved' if record.approval else 'rejected'} by a human")
-    ships = [s for s in fold.ships if cid in carried(s)]
+    ships = [s for s in fold.ships if cid in s.candidates]
     out = [f"# Candidate {cid} (round {n})\n",
            f"Proposed by the `{cand.evolver}` evolver for variant `{cand.variant}`. Risk {cand.risk:.2f}; buckets "
            f"{listed(cand.buckets)}; dimensions {listed(cand.dimensions)}.\n",

@@ -10,62 +10,26 @@
 5. ``counterfactual``: the candidate's processors, replayed over recorded attempts of
    solved tasks (no model, no environment: ``hx.aegis.counterfactual``), change nothing
    that happens while the model's input stays the same.
-6. ``seesaw`` (k-aware, per variant): the candidate runs the variant's solved tasks and
-   its predicted flips with the seeds of the variant's own rollout (``k`` paired attempts
-   each). A solved task that fails all ``k`` is retried on fresh seeds, up to ``2k`` times,
-   stopping at the first pass: it *regresses* only if it fails them all. No solved task may
-   regress, and the tasks lost on the paired seeds may not outnumber those gained (so the
-   next round's rollout, on those seeds, cannot score lower).
-7. ``effect``: at least one predicted flip passes.
-
-A candidate that fails only the seesaw yet, in some clusters, gains at least ``FORK_MARGIN``
-more tasks than it loses and regresses none becomes a variant of its own under the
-ensemble strategy (``fork``) serving those clusters; otherwise it is rejected with the
-first failing check. A fork never takes a cluster where a solved task regressed, so it
-cannot be a ship that regresses by another name.
+6. ``seesaw`` and 7. ``effect``, on the candidate's fresh attempts (``Trials.fresh``), and a
+   fork for a split edit: the rule itself is ``hx.gate.rule``, which the audit applies again to
+   every recorded verdict. A fork never takes a cluster where a solved task regressed, so it
+   cannot be a ship that regresses by another name.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
-from typing import Literal, Protocol
+from typing import Protocol
 
 import msgspec
 
-from hx.aegis.digester import cluster_of
 from hx.aegis.operations import strings_in
+from hx.gate.rule import Fresh, Verdict, seesaw
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
-from schemas.ledger import CandidateProposed, GateCheck, GateJudged, TaskFlip
-
-Outcome = Literal["ship", "fork", "reject"]
-CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
-FORK_MARGIN = 2
-"""A fork must gain at least this many more tasks than it loses in a cluster it takes over."""
-
-
-@dataclass(frozen=True)
-class Tries:
-    """Fresh attempts of one task: how many ran, how many passed."""
-
-    attempts: int
-    passes: int
-
-
-@dataclass(frozen=True)
-class Fresh:
-    """The candidate's attempts: on the variant's solved tasks and predicted flips, and the retries of losses."""
-
-    solved: dict[str, Tries]
-    """Solved tasks, with the seeds of the variant's own rollout (paired)."""
-    flips: dict[str, Tries]
-    """Predicted flips, with the same seeds."""
-    retries: dict[str, Tries] = field(default_factory=dict)
-    """Solved tasks that failed every paired attempt, retried on fresh seeds (stopping at the first pass)."""
-    trace_rounds: tuple[int, ...] = ()
+from schemas.ledger import CandidateProposed
 
 
 class Trials(Protocol):
@@ -84,38 +48,6 @@ class CodeCheck(Protocol):
 
     async def __call__(self, base: HarnessConfig, candidate: CandidateProposed) -> tuple[str, str, str]:
         """(the candidate's digest, why its config does not build or "", why its smoke test failed or "")."""
-
-
-@dataclass
-class Verdict:
-    """The gate's verdict on one candidate."""
-
-    checks: list[GateCheck] = field(default_factory=list)
-    flips: list[TaskFlip] = field(default_factory=list)
-    outcome: Outcome = "reject"
-    clusters: tuple[str, ...] = ()
-    """For a fork: the clusters the new variant serves."""
-    trace_rounds: tuple[int, ...] = ()
-
-    @classmethod
-    def of(cls, judged: GateJudged) -> Verdict:
-        """The verdict a ``GateJudged`` recorded (a resumed round, an approval answered later)."""
-        return cls(list(judged.checks), list(judged.flips), judged.outcome, judged.clusters, judged.trace_rounds)
-
-    @property
-    def passed(self) -> bool:
-        """True when the candidate ships or forks."""
-        return self.outcome != "reject"
-
-    @property
-    def first_failure(self) -> str:
-        """The name of the first failing check ("" when all passed)."""
-        return next((c.name for c in self.checks if not c.passed), "")
-
-    def add(self, name: str, passed: bool, detail: str = "") -> bool:
-        """Record a check; return whether it passed."""
-        self.checks.append(GateCheck(name=name, passed=passed, detail=detail))
-        return passed
 
 
 @dataclass(frozen=True)
@@ -212,33 +144,3 @@ async def _seesaw(v: Verdict, candidate: CandidateProposed, harness: HarnessConf
     fresh = await trials.fresh(harness, candidate.variant, candidate.candidate, candidate.manifest.predicted_flips)
     v.trace_rounds = fresh.trace_rounds
     return seesaw(v, fresh, allow_fork=allow_fork)
-
-
-def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool) -> Verdict:
-    """The ``seesaw`` and ``effect`` checks (or a fork) from the candidate's fresh attempts: pure, no rollout."""
-    lost = sorted(t for t, tries in fresh.solved.items() if tries.passes == 0)
-    regressed = [t for t in lost if fresh.retries.get(t, Tries(0, 0)).passes == 0]
-    won = sorted(t for t, tries in fresh.flips.items() if tries.passes > 0)
-    for t, tries in sorted(fresh.solved.items()):
-        more = fresh.retries.get(t, Tries(0, 0))
-        v.flips.append(TaskFlip(task=t, before=True, after=tries.passes + more.passes > 0,
-                                attempts=tries.attempts + more.attempts, passes=tries.passes + more.passes))
-    v.flips += [TaskFlip(task=t, before=False, after=tries.passes > 0, attempts=tries.attempts, passes=tries.passes)
-                for t, tries in sorted(fresh.flips.items())]
-    holds = not regressed and len(won) >= len(lost)
-    detail = (f"{len(regressed)} solved task(s) failed every paired attempt and every retry, e.g. {regressed[0]!r}"
-              if regressed else f"{len(lost)} solved task(s) lost on the paired seeds against {len(won)} gained"
-              if len(won) < len(lost) else
-              f"{len(fresh.solved)} solved task(s) hold ({len(lost)} only on retries), {len(won)} gained")
-    if not v.add("seesaw", holds, detail):
-        # Isolation is for conflicting clusters: the fork takes only clusters where it gains clearly and
-        # no solved task regressed, so the variant it leaves behind keeps every regressed task solved.
-        gains, losses = Counter(cluster_of(t) for t in won), Counter(cluster_of(t) for t in lost)
-        hurt = {cluster_of(t) for t in regressed}
-        clusters = tuple(sorted(c for c in gains if gains[c] - losses[c] >= FORK_MARGIN and c not in hurt))
-        if allow_fork and clusters:
-            v.outcome, v.clusters = "fork", clusters
-        return v
-    if v.add("effect", bool(won), f"{len(won)} of {len(fresh.flips)} predicted flip(s) realised"):
-        v.outcome = "ship"
-    return v

@@ -9,6 +9,9 @@ optimistic concurrency, and ordinary hx events that ``EventLog`` readers and pro
 fold. Two evolvers on one run load the same version; the first to save wins and the
 second gets ``LedgerConflict`` with nothing written.
 
+Every event is signed (``streams.signing``) with the data directory's key, whose public half
+``ledger.opened`` records: a ledger is appended to only with the key it was opened with.
+
 ``Ledger`` is the asynchronous face the loop uses: the library is synchronous, so its
 calls run in a worker thread.
 """
@@ -20,6 +23,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import IntegrityError, Mapper, PersistenceError, StoredEvent
@@ -30,10 +34,10 @@ from schemas.errors import HxError
 from schemas.event import event_type
 from schemas.ledger import LedgerEvent, LedgerOpened, chained, ledger_digest
 from streams.connection import Connection
+from streams.edit_ledger import APP_NAME, ledger_id
+from streams.signing import LedgerKey, fingerprint
 from streams.topology import LEDGER
 
-APP_NAME = "evolution"
-_NAMESPACE = uuid.UUID("6c1f5d0e-8f2a-4d5b-9a47-2f0c3e1b7a90")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -45,9 +49,9 @@ class LedgerConflict(LedgerError):
     """Another writer saved to this run's ledger first; nothing of ours was written."""
 
 
-def ledger_id(run_id: str) -> uuid.UUID:
-    """The aggregate id of a run's ledger (stable: derived from the run id)."""
-    return uuid.uuid5(_NAMESPACE, run_id)
+def signed(event: LedgerEvent, key: LedgerKey | None) -> LedgerEvent:
+    """``event`` signed with ``key`` (as it is, with no key: an unsigned ledger stays unsigned)."""
+    return msgspec.structs.replace(event, signature=key.sign(ledger_digest(event))) if key is not None else event
 
 
 class EvolutionLedger(Aggregate):
@@ -81,9 +85,9 @@ class EvolutionLedger(Aggregate):
         self.records.append(record)
         self.head = ledger_digest(record)
 
-    def record(self, event: LedgerEvent) -> LedgerEvent:
-        """Append ``event`` chained to the head; return it as recorded."""
-        link = chained(event, self.head)
+    def record(self, event: LedgerEvent, key: LedgerKey | None = None) -> LedgerEvent:
+        """Append ``event`` chained to the head (and signed with ``key``); return it as recorded."""
+        link = signed(chained(event, self.head), key)
         self.trigger_event(self.Recorded, record=link)
         return link
 
@@ -137,11 +141,16 @@ class LedgerApplication(Application[uuid.UUID]):
 
 
 class Ledger:
-    """One run's ledger, for the asynchronous loop: start or load, append (chained, conflict-checked), read."""
+    """One run's ledger, for the asynchronous loop: start or load, append (chained, signed, conflict-checked), read.
 
-    def __init__(self, conn: Connection, run_id: str) -> None:
+    ``key`` signs what this process appends (None: nothing is signed, for readers and tests of
+    unsigned ledgers). A ledger opened with another key refuses to load for appending.
+    """
+
+    def __init__(self, conn: Connection, run_id: str, key: LedgerKey | None = None) -> None:
         self.conn = conn
         self.run_id = run_id
+        self.key = key
         env = {"PERSISTENCE_MODULE": "streams.eventsourcing", "HX_ES_LEDGER": "yes", "HX_NATS_URL": conn.url}
         self._app = LedgerApplication(env=env)
         self._aggregate: EvolutionLedger | None = None
@@ -170,10 +179,25 @@ class Ledger:
             except AggregateNotFoundError:
                 return None
         self._aggregate = await asyncio.to_thread(get)
+        if self._aggregate is not None:
+            self._check_key(self._aggregate.opened)
         return self._aggregate
 
+    def _check_key(self, opened: LedgerOpened) -> None:
+        """Refuse to append with a key other than the one the run's ledger was opened with."""
+        if self.key is None or not opened.public_key:
+            self.key = None  # an unsigned ledger (written before hx signed its ledgers) stays unsigned
+            return
+        if opened.public_key != self.key.public_key:
+            raise LedgerError(f"the ledger of run {self.run_id!r} is signed with key {fingerprint(opened.public_key)}; "
+                              f"this data directory's key is {fingerprint(self.key.public_key)}: append to it "
+                              "from the data directory that started the run")
+
     async def start(self, opened: LedgerOpened) -> EvolutionLedger:
-        """Open the run's ledger; ``LedgerConflict`` if it already has one."""
+        """Open the run's ledger (its key recorded, the event signed); ``LedgerConflict`` if it already has one."""
+        if self.key is not None:
+            opened = cast(LedgerOpened, signed(msgspec.structs.replace(opened, public_key=self.key.public_key,
+                                                                       prev=""), self.key))
         aggregate = EvolutionLedger(opened)
         await self._save(aggregate, f"run {self.run_id!r} already has a ledger; resume it or use another run id")
         self._aggregate = aggregate
@@ -183,7 +207,7 @@ class Ledger:
         """Append events atomically after the head; ``LedgerConflict`` when another writer got there first."""
         aggregate = self.aggregate
         mark = len(aggregate.records)
-        recorded = [aggregate.record(event) for event in events]
+        recorded = [aggregate.record(event, self.key) for event in events]
         try:
             await self._save(aggregate, f"the ledger of run {self.run_id!r} moved on while this evolver worked "
                                         f"(another evolver wrote version {aggregate.version - len(events) + 1})")

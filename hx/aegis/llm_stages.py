@@ -16,13 +16,13 @@ from collections.abc import Sequence
 import msgspec
 
 from hx.aegis import critic
-from hx.aegis.code import CodeError, CodeStore
 from hx.aegis.critic import Review
 from hx.aegis.evolvers.prompts import digests_text
 from hx.aegis.evolvers.reply import EvolverReplyError, parse
 from hx.aegis.meta import MetaAgent
-from hx.aegis.operations import describe
 from hx.aegis.state import RunState
+from hx.harness.edits import describe
+from hx.runtime.code import CodeError, CodeStore
 from hx.runtime.providers.base import ProviderError
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateProposed

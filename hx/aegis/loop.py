@@ -20,24 +20,28 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Literal
 
 from hx.aegis import critic as deterministic_critic
 from hx.aegis.candidates import candidate_of
 from hx.aegis.digester import ProseWriter, actionability, digest_round, with_prose
 from hx.aegis.evidence import Evidence
 from hx.aegis.evolvers.base import Context, Evolver, EvolverError, Proposal
-from hx.aegis.gate import CodeCheck, Forbidden, Verdict, judge
+from hx.aegis.gate import CodeCheck, Forbidden, judge
 from hx.aegis.ledger import Ledger, LedgerConflict
 from hx.aegis.metrics import metrics
-from hx.aegis.operations import apply
 from hx.aegis.planner import plan
 from hx.aegis.settings import EvolveSettings, Progress
 from hx.aegis.shipping import fork, ship, ship_approved
-from hx.aegis.state import RunState, revised
+from hx.aegis.state import RunState
 from hx.aegis.trials import Trials, game_scores
 from hx.aegis.variants import route
 from hx.bench.splits import round_roles
+from hx.gate.rule import Verdict
+from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
+from hx.replay.trace_rounds import trace_marks
+from projections.ledger import RoundRecords, RunLedger, revised
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,
@@ -56,7 +60,6 @@ from schemas.ledger import (
     RoundOutcome,
 )
 
-E = TypeVar("E", bound=LedgerEvent)
 Review = deterministic_critic.Review
 CriticFn = Callable[[RunState, int, Sequence[CandidateProposed], Sequence[TaskDigest], bool], Awaitable[Review]]
 Approver = Callable[[CandidateProposed, Verdict], Awaitable[bool]]
@@ -85,6 +88,8 @@ class Evolution:
     progress: Progress = field(default_factory=Progress)
     seconds: dict[int, float] = field(default_factory=dict)
     _folded: tuple[int, LedgerEvent, RunState] | None = field(default=None, init=False, repr=False)
+    _built: dict[str, HarnessConfig] = field(default_factory=dict, init=False, repr=False)
+    """Harnesses built from the ledger, by digest: every fold of the run shares them."""
 
     @property
     def run_id(self) -> str:
@@ -96,7 +101,11 @@ class Evolution:
         records = self.ledger.records
         key = (len(records), records[-1])
         if self._folded is None or self._folded[0] != key[0] or self._folded[1] is not key[1]:
-            self._folded = (key[0], key[1], RunState.of(records))  # the record itself, not its id: never reused
+            # A fresh fold (a stage holding an earlier state keeps what it saw), sharing the built harnesses.
+            state = RunState(RunLedger(), self._built)
+            for record in records:
+                state.fold(record)
+            self._folded = (key[0], key[1], state)  # the record itself, not its id: never reused
         return self._folded[2]
 
     async def append(self, *events: LedgerEvent) -> None:
@@ -115,10 +124,9 @@ class Evolution:
 
     async def run(self) -> None:
         """Run (or finish) the loop: held-out first, then rounds until T or patience, then held-out again."""
-        records = self.ledger.records
-        if any(isinstance(r, EvolutionFinished) for r in records):
+        if self.state().ledger.finished is not None:
             return
-        if not any(isinstance(r, HeldoutScored) and r.round == -1 for r in records):
+        if not any(h.round == -1 for h in self.state().ledger.heldout):
             await self.heldout(-1)
         status: Literal["completed", "patience"] = "completed"
         reason = f"ran {self.settings.rounds} round(s)"
@@ -142,7 +150,7 @@ class Evolution:
                 status, reason = "patience", f"{decision.idle} round(s) in a row without a ship"
                 break
         last = self.state().next_round - 1
-        if not any(isinstance(r, HeldoutScored) and r.round == last for r in self.ledger.records):
+        if not any(h.round == last for h in self.state().ledger.heldout):
             await self.heldout(last)
         await self.append(EvolutionFinished(run_id=self.run_id, rounds=last + 1, status=status, reason=reason))
 
@@ -175,7 +183,7 @@ class Evolution:
         if digested.actionability < self.settings.alpha:
             return await self._decide(t, "below_actionability", f"actionability {digested.actionability:.2f} < "
                                                                 f"alpha {self.settings.alpha:.2f}")
-        landscape = self._recorded(t, LandscapePlanned)
+        landscape = self._recorded(t).landscape
         if landscape is None:
             self.progress.stage(t, "plan")
             landscape = LandscapePlanned(run_id=self.run_id, round=t, landscape=plan(self.state(), t, digests))
@@ -193,11 +201,11 @@ class Evolution:
     async def _model_in_force(self, t: int) -> None:
         """Record the task agent's model before the round's rollouts when it changed (co-evolution's policy)."""
         model, state = self.trials.models.main, self.state()
-        if model != state.model and self._recorded(t, RoundDigested) is None:
+        if model != state.model and self._recorded(t).digested is None:
             await self.append(ModelChanged(run_id=self.run_id, round=t, model=model, previous=state.model))
 
     async def _digest(self, t: int) -> RoundDigested:
-        recorded = self._recorded(t, RoundDigested)
+        recorded = self._recorded(t).digested
         if recorded is not None:
             roles = await round_roles(self.trials.log, self.run_id)
             self.trials.main_rounds = {roles[r].variant: r for r in recorded.trace_rounds if r in roles}
@@ -221,16 +229,15 @@ class Evolution:
         await self.append(digested)
         return digested
 
-    def _recorded(self, t: int, kind: type[E]) -> E | None:
-        """The event of ``kind`` already recorded for round ``t`` (a resume), if any."""
-        found = (r for r in reversed(self.ledger.records) if isinstance(r, kind) and getattr(r, "round", None) == t)
-        return next(found, None)
+    def _recorded(self, t: int) -> RoundRecords:
+        """What the ledger already recorded for round ``t`` (on a resume; empty otherwise)."""
+        return self.state().ledger.rounds.get(t) or RoundRecords(t)
 
     async def _propose(self, t: int, landscape: LandscapePlanned,
                        digests: Sequence[TaskDigest]) -> tuple[list[CandidateProposed], list[str]]:
-        recorded = [r for r in self.ledger.records if isinstance(r, CandidateProposed) and r.round == t]
+        recorded = self._recorded(t).proposed
         if recorded:
-            return recorded, []
+            return list(recorded), []
         self.progress.stage(t, "propose")
         context = Context(t, self.state(), landscape.landscape, tuple(digests))
         try:
@@ -252,7 +259,7 @@ class Evolution:
 
     async def _criticise(self, t: int, candidates: list[CandidateProposed], landscape: LandscapePlanned,
                          digests: Sequence[TaskDigest]) -> CriticJudged:
-        recorded = self._recorded(t, CriticJudged)
+        recorded = self._recorded(t).critic
         if recorded is not None:
             return recorded
         self.progress.stage(t, "criticise")
@@ -363,6 +370,17 @@ class Evolution:
         state = self.state()
         idle = 0 if outcome == "shipped" else state.idle + 1
         decision = RoundDecided(run_id=self.run_id, round=t, outcome=outcome, reason=reason, shipped=shipped,
-                                metrics=metrics(state, t, self.trials.rollouts), idle=idle)
+                                metrics=metrics(state, t, await self._rollouts(t)), idle=idle)
         await self.append(decision)
         return decision
+
+    async def _rollouts(self, t: int) -> int:
+        """The attempts round ``t`` ran, counted on the log: those of the trace rounds its digest and its gate
+        verdicts cite. A round resumed after a kill counts what it used, as an uninterrupted one does."""
+        rnd = self.state().ledger.rounds.get(t)
+        if rnd is None:
+            return 0
+        cited = {*(rnd.digested.trace_rounds if rnd.digested else ()), *(r for g in rnd.gates.values()
+                                                                         for r in g.trace_rounds)}
+        marks = await trace_marks(self.trials.log, self.run_id) if cited else {}
+        return sum(tr.finished.attempts for r in cited if (tr := marks.get(r)) and tr.finished is not None)

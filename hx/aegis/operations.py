@@ -1,22 +1,19 @@
-"""Edit operations: typed builder operations applied to a harness, and what kind of edit each is.
+"""What kind of edit an operation is: its bucket, behavioural dimensions and risk, read off the operations.
 
-A candidate is a tuple of operations (``schemas.edits``: attach, replace, remove,
-reparam) applied in order to its variant's harness through ``HarnessConfig``'s builder
-algebra, so every candidate type-checks exactly as a hand-built harness does (unknown
-processor, wrong hook, duplicate group: a ``CompositionError`` naming it). The bucket
-(prompt, tools, config, processor), the behavioural dimensions and a risk score are read
-off the operations, never claimed by the evolver.
+A candidate is a tuple of operations (``schemas.edits``) applied to its variant's harness by
+``hx.harness.edits.apply``. The bucket (prompt, tools, config, processor), the behavioural
+dimensions and a risk score are read off the operations, never claimed by the evolver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
-from hx.harness.processor import build, processor_type
-from schemas.edits import AnyEditOp, Attach, Bucket, Remove, Reparam, Replace
+from hx.harness.processor import processor_type
+from schemas.edits import AnyEditOp, Attach, Bucket, Reparam, Replace
 
 PROMPT_DIMENSION = "D2"
 TOOL_DIMENSION = "D4"
@@ -25,42 +22,6 @@ RISK: dict[str, float] = {"attach": 0.1, "reparam": 0.2, "replace": 0.4, "remove
 CODE_RISK = 0.8
 PROMPT_GROUPS = frozenset({"system_prompt_template", "task_notes"})
 """Singleton groups whose parameters are prompt text: editing them is a prompt edit."""
-
-
-def apply(base: HarnessConfig, operations: Sequence[AnyEditOp]) -> HarnessConfig:
-    """The harness ``operations`` make of ``base`` (validated); ``CompositionError`` names the failing one."""
-    config = base
-    for i, op in enumerate(operations):
-        try:
-            config = _apply_one(config, op)
-        except CompositionError as exc:
-            raise CompositionError(f"operation {i + 1} ({describe(op)}): {exc}") from None
-    return config.validate()
-
-
-def _apply_one(config: HarnessConfig, op: AnyEditOp) -> HarnessConfig:
-    if isinstance(op, Attach):
-        return config.attach(op.hooks, build(op.processor, dict(op.params)))
-    if isinstance(op, Replace):
-        return config.replace(op.group, build(op.processor, dict(op.params)))
-    if isinstance(op, Remove):
-        return config.remove(op.group)
-    current = next((a for a in config.attachments if a.group() == op.group), None)
-    if current is None:
-        raise CompositionError(f"no processor in singleton group {op.group!r} to re-parameterise")
-    params: dict[str, Any] = {**current.params, **op.params}
-    return config.replace(op.group, build(current.type, params))
-
-
-def describe(op: AnyEditOp) -> str:
-    """One line naming what an operation does."""
-    if isinstance(op, Attach):
-        return f"attach {op.processor} at {'+'.join(op.hooks)}"
-    if isinstance(op, Replace):
-        return f"replace {op.group} with {op.processor}"
-    if isinstance(op, Remove):
-        return f"remove {op.group}"
-    return f"re-parameterise {op.group} ({', '.join(sorted(op.params))})"
 
 
 def _group_of(op: AnyEditOp) -> str:

@@ -16,21 +16,9 @@ from collections.abc import Sequence
 from hx.aegis import levers
 from hx.aegis.state import RunState
 from schemas.edits import BUCKETS
-from schemas.landscape import FailureGroup, Landscape, Regression, TaskDigest
+from schemas.landscape import FailureGroup, Landscape, TaskDigest
 
 DIMENSIONS = tuple(f"D{i}" for i in range(1, 10))
-
-
-def regressions(state: RunState, round: int, digests: Sequence[TaskDigest]) -> tuple[Regression, ...]:
-    """Tasks solved in the previous round and not in this one, with the ships to their variant since."""
-    before = {d.task: d for d in state.digests.get(round - 1, ())}
-    out = []
-    for d in digests:
-        prev = before.get(d.task)
-        if prev is not None and prev.solved and not d.solved:
-            suspects = tuple(s.candidate for s in state.ships if s.round == round - 1 and s.variant == d.variant)
-            out.append(Regression(task=d.task, variant=d.variant, since_round=round - 1, suspects=suspects))
-    return tuple(out)
 
 
 def failure_groups(digests: Sequence[TaskDigest]) -> tuple[FailureGroup, ...]:
@@ -53,7 +41,7 @@ def plan(state: RunState, round: int, digests: Sequence[TaskDigest]) -> Landscap
     known = levers.catalog()
     names = [*known, *sorted({name for c in state.candidates.values() for name in c.levers if name not in known})]
     return Landscape(
-        regressions=regressions(state, round, digests), failures=failure_groups(digests),
+        regressions=state.regressions(round, digests), failures=failure_groups(digests),
         tried_buckets=tuple(b for b in BUCKETS if b in tried_buckets),
         untried_buckets=tuple(b for b in BUCKETS if b not in tried_buckets),
         tried_dimensions=tuple(d for d in DIMENSIONS if d in tried_dims),

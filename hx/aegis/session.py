@@ -14,37 +14,32 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from hx.aegis.code import CodeStore
 from hx.aegis.evolvers.base import Evolver
 from hx.aegis.gate import Forbidden
-from hx.aegis.ledger import Ledger, LedgerError, read_records
+from hx.aegis.ledger import Ledger, LedgerError
 from hx.aegis.loop import Evolution
-from hx.aegis.settings import EvolveSettings, Progress, RoundRow
-from hx.aegis.state import RunState
+from hx.aegis.settings import EvolveSettings, Progress
 from hx.aegis.trials import Trials
 from hx.bench.registry import Benchmark, TaskId
 from hx.bench.rollout import RolloutSettings, RunExists
 from hx.bench.splits import Splits, round_roles
 from hx.harness.config import HarnessConfig
+from hx.replay.scoreboard import EvolutionReport, report
+from hx.runtime.code import CodeStore, restore_plugins
 from hx.runtime.models import ModelConfig
+from projections.ledger import RunLedger
 from schemas.ledger import (
-    CandidateProposed,
     EvolutionFinished,
-    GameScore,
-    GateJudged,
-    HeldoutScored,
-    LedgerEvent,
     LedgerOpened,
-    RoundDecided,
 )
 from schemas.lifecycle import RunFinished, RunStarted
 from streams.connection import Connection
 from streams.errors import ConcurrencyConflict
+from streams.signing import LedgerKey
 from streams.topology import check_run_id, trace_subject
 
 
@@ -82,53 +77,6 @@ class EvolveJob(msgspec.Struct, frozen=True, kw_only=True):
         """How each rollout runs."""
         return RolloutSettings(attempts=self.attempts, concurrency=self.concurrency, max_steps=self.max_steps,
                                seed=self.seed, timeout_s=self.timeout_s)
-
-
-@dataclass
-class EvolutionReport:
-    """What a run did, from its ledger: a row per round, held-out before and after, the variants."""
-
-    run_id: str
-    status: str
-    rounds: list[RoundRow] = field(default_factory=list)
-    heldout_before: HeldoutScored | None = None
-    heldout_after: HeldoutScored | None = None
-    variants: dict[str, str] = field(default_factory=dict)
-    """Live variant -> its harness digest."""
-    routing: dict[str, str] = field(default_factory=dict)
-    learner: list[Any] = field(default_factory=list)
-    """Co-evolution: the learner's records (``PolicyUpdated``, ``UpdateSkipped``, ``PolicyGated``), in order."""
-    policy: str = ""
-    """Co-evolution: the policy version the run ended with."""
-    heldout_split: str = "test"
-    """Where the held-out tasks came from (``train``: a validation split)."""
-
-    def games(self) -> list[tuple[str, GameScore | None, GameScore | None]]:
-        """Per game: held-out figures before and after."""
-        before = {g.game: g for g in (self.heldout_before.games if self.heldout_before else ())}
-        after = {g.game: g for g in (self.heldout_after.games if self.heldout_after else ())}
-        return [(g, before.get(g), after.get(g)) for g in sorted({*before, *after})]
-
-
-def report(records: Sequence[Any], seconds: dict[int, float]) -> EvolutionReport:
-    """Fold a run's ledger records into its report."""
-    state = RunState.of(records)
-    finished = next((r for r in records if isinstance(r, EvolutionFinished)), None)
-    held = [r for r in records if isinstance(r, HeldoutScored)]
-    rows = []
-    for r in records:
-        if isinstance(r, RoundDecided):
-            rows.append(RoundRow(round=r.round, outcome=r.outcome,
-                                 variants=len({d.variant for d in state.digests.get(r.round, ())}) or 1,
-                                 shipped=r.shipped, pass_at_k=r.metrics.pass_at_k, rollouts=r.metrics.rollouts,
-                                 seconds=seconds.get(r.round)))
-    return EvolutionReport(
-        run_id=state.opened.run_id, status=finished.status if finished else "unfinished", rounds=rows,
-        heldout_before=next((h for h in held if h.round == -1), None),
-        heldout_after=held[-1] if len(held) > 1 else None,
-        variants={n: v.harness.digest for n, v in state.live().items()}, routing=dict(state.routing),
-        heldout_split=", ".join(sorted({TaskId.parse(t).split for t in state.opened.settings.get("heldout", ())}))
-        or "test")
 
 
 HELDOUT_SPLITS = ("test", "train")
@@ -185,6 +133,8 @@ class Parts:
     """Where new processor code lives; a resumed run re-materializes the code its harnesses use."""
     on_update: Any = None
     """Called with each learner record of a co-evolution run."""
+    key: LedgerKey | None = None
+    """What the run's ledger events are signed with (the data directory's key)."""
 
 
 async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: EvolveJob, parts: Parts, *,
@@ -192,7 +142,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
     """Start (or resume) the run of ``job`` and run it to its end; the report comes from the ledger."""
     check_run_id(job.run_id)
     splits = Splits.of(job.adaptation, job.heldout)
-    ledger = Ledger(conn, job.run_id)
+    ledger = Ledger(conn, job.run_id, parts.key)
     try:
         if resume:
             if await ledger.load() is None:
@@ -209,7 +159,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
                         next_round=max(roles, default=-1) + 1, on_attempt=parts.on_attempt)
         forbidden = await forbidden_texts(benches, [*job.adaptation, *job.heldout])
         if parts.store is not None:
-            await restore_plugins(parts.store, ledger.records)
+            await restore_plugins(parts.store, RunLedger.of(ledger.records))
         coevolution = None
         if job.coevolve:
             # imported here: the learner brings JAX, which plain evolution runs never load
@@ -227,36 +177,13 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
                               spent=coevolution.spent if coevolution else None,
                               resting=coevolution.resting if coevolution else None)
         await evolution.run()
-        await _finish_trace(conn, job.run_id, ledger)
-        result = report(ledger.records, evolution.seconds)
+        await _finish_trace(conn, job.run_id, evolution.state().ledger.finished)
+        result = report(evolution.state().ledger, evolution.seconds)
         if coevolution is not None:
             result.learner, result.policy = list(coevolution.learner.position.updates), coevolution.version
         return result
     finally:
         await ledger.close()
-
-
-async def restore_plugins(store: CodeStore, records: Sequence[Any]) -> None:
-    """Write back the code of every candidate that passed the gate, so its harnesses build in this process."""
-    if not any(isinstance(r, CandidateProposed) and r.code for r in records):
-        return  # no new processor code on this ledger: nothing to put on the path
-    store.activate()
-    passed = {r.candidate for r in records if isinstance(r, GateJudged) and r.passed}
-    for r in records:
-        if isinstance(r, CandidateProposed) and r.candidate in passed:
-            for asset in r.code:
-                await store.materialize(asset)
-
-
-async def read_run(conn: Connection, run_id: str, plugin_dir: Path) -> list[LedgerEvent] | None:
-    """A run's ledger records (None: no ledger), the new processor code its harnesses name restored to ``plugin_dir``.
-
-    Harnesses that name new processor code build only with its (gate-proven) modules on the path.
-    """
-    records = await read_records(conn, run_id)
-    if records is not None:
-        await restore_plugins(CodeStore(conn.log, plugin_dir), records)
-    return records
 
 
 async def _claim_trace(conn: Connection, job: EvolveJob) -> None:
@@ -271,8 +198,7 @@ async def _claim_trace(conn: Connection, job: EvolveJob) -> None:
         raise RunExists(f"run {job.run_id!r} is already on the log; use another run id or --resume it") from None
 
 
-async def _finish_trace(conn: Connection, run_id: str, ledger: Ledger) -> None:
-    finished = next((r for r in ledger.records if isinstance(r, EvolutionFinished)), None)
+async def _finish_trace(conn: Connection, run_id: str, finished: EvolutionFinished | None) -> None:
     if finished is None:
         return
     subject = trace_subject(run_id)

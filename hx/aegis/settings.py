@@ -1,4 +1,4 @@
-"""The loop's settings, its progress callbacks, and a round as the results table shows it."""
+"""The loop's settings and its progress callbacks."""
 
 from __future__ import annotations
 
@@ -32,19 +32,6 @@ class EvolveSettings:
     """Also evaluate the held-out split after every N-th round (0: only before and after)."""
     risk_threshold: float = 0.7
     """Candidates riskier than this wait for a human."""
-
-
-@dataclass
-class RoundRow:
-    """One round as the results table shows it."""
-
-    round: int
-    outcome: str
-    variants: int
-    shipped: tuple[str, ...]
-    pass_at_k: float | None
-    rollouts: int
-    seconds: float | None
 
 
 @dataclass

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from hx.aegis.gate import Verdict
-from hx.aegis.operations import apply
 from hx.aegis.state import RunState
 from hx.aegis.variants import fork_name, pool_full, weakest
+from hx.gate.rule import Verdict
+from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateProposed, HarnessShipped, LedgerEvent, VariantForked, VariantRetired

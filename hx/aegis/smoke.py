@@ -5,7 +5,7 @@
 a minimal environment, a private temporary directory): the child imports the candidate's
 code, applies the operations to the base harness, drives each new processor through the
 processor contract kit, and runs a before_model round trip. The main process never
-imports candidate code for this (see ``hx.aegis.code`` for the invariant): it only reads
+imports candidate code for this (see ``hx.runtime.code`` for the invariant): it only reads
 the child's reports. A timeout, a crash, a memory blow-up or a report that never came
 is ``smoke_ok=False`` with the reason, never an exception here.
 
@@ -27,10 +27,10 @@ from typing import Any
 
 import msgspec
 
-from hx.aegis.code import CodeStore
 from hx.aegis.smoke_worker import MARK
 from hx.harness.config import HarnessConfig
 from hx.processors.sandbox import SandboxLimits, SandboxRun, run_python
+from hx.runtime.code import CodeStore
 from schemas.edits import AnyEditOp, CodeAsset
 from schemas.ledger import CandidateProposed
 

@@ -30,12 +30,12 @@ from typing import Any, TextIO
 import msgspec
 
 import hx.processors  # noqa: F401 - the base harness names library processors by their registry names
-from hx.aegis.code import module_name, source_digest
-from hx.aegis.operations import apply
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.errors import Interrupt
 from hx.harness.processor import Processor, build, registered
 from hx.processors.testing import check_processor, scenario
+from hx.runtime.code import module_name, source_digest
 from hx.runtime.pipeline import HookPipeline, ProcessorFailed
 from schemas.edits import AnyEditOp, Attach, Replace
 from schemas.event import Event

@@ -1,59 +1,32 @@
-"""The loop's view of a run, folded from its ledger records alone: variants, routing, history, levers, model.
+"""The loop's view of a run: the ledger's one fold (``projections.ledger.RunLedger``) with its harnesses built.
 
-Nothing the loop decides comes from memory that is not on the ledger: ``RunState.of``
-folds the run's ledger events (as the ``Ledger`` aggregate holds them, or as read back on
-resume) into the variants and their harnesses, the routing of task clusters, every task's
-pass@k history, the ships with their predictions, each lever's record, the strategy
-concern and bans in force, approvals pending, the model in force since which round, and the
-round to run next.
+Nothing the loop decides comes from memory that is not on the ledger: ``RunState`` is the
+fold of the run's ledger events (as the ``Ledger`` aggregate holds them, or as read back on
+resume), and adds only what a fold holding data cannot: each variant's harness as a built
+``HarnessConfig`` (built once per digest). Every question about candidates, ships, routing,
+task history, bans, approvals and the model in force is the fold's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-
-import msgspec
+from typing import Any
 
 from hx.harness.config import HarnessConfig
-from schemas.edits import AnyEditOp, Attach, Manifest, Remove, Reparam, Replace
-from schemas.landscape import TaskDigest
-from schemas.ledger import (
-    ApprovalGiven,
-    ApprovalRequested,
-    CandidateProposed,
-    CandidateRevised,
-    CriticJudged,
-    GateJudged,
-    HarnessShipped,
-    LedgerEvent,
-    LedgerOpened,
-    ModelChanged,
-    RoundDecided,
-    RoundDigested,
-    VariantForked,
-    VariantRetired,
-)
+from projections.ledger import CandidateRecord, RunLedger, Ship
+from schemas.errors import HxError
+from schemas.landscape import Regression, TaskDigest
+from schemas.ledger import LedgerEvent, LedgerOpened, RoundDecided
 
 
-def lever_of(op: AnyEditOp) -> str:
-    """The lever an operation pulls: a processor type attached or swapped in, or an edit of a group."""
-    if isinstance(op, Attach | Replace):
-        return op.processor
-    if isinstance(op, Remove):
-        return f"remove:{op.group}"
-    assert isinstance(op, Reparam)
-    return f"reparam:{op.group}"
-
-
-def levers_of(operations: Iterable[AnyEditOp]) -> tuple[str, ...]:
-    """The levers some operations pull, each once, in order."""
-    return tuple(dict.fromkeys(lever_of(op) for op in operations))
+class LedgerInvalid(HxError):
+    """A run's ledger does not fold (or does not verify): the loop will not act on it."""
 
 
 @dataclass
 class VariantState:
-    """A variant: its current harness, where it came from, the clusters routed to it."""
+    """A variant with its current harness built: where it came from, whether it left the pool."""
 
     name: str
     harness: HarnessConfig
@@ -63,154 +36,136 @@ class VariantState:
 
 
 @dataclass
-class Candidate:
-    """A candidate as the ledger has it: proposal (latest revision), verdict, approval."""
-
-    proposal: CandidateProposed
-    gate: GateJudged | None = None
-    approval: bool | None = None
-    """None: not asked or not answered; True/False: the human's answer."""
-    waiting: bool = False
-
-    @property
-    def id(self) -> str:
-        """The candidate id."""
-        return self.proposal.candidate
-
-    @property
-    def levers(self) -> tuple[str, ...]:
-        """The levers its operations pull."""
-        return levers_of(self.proposal.operations)
-
-
-@dataclass
-class Ship:
-    """A shipped edit (a ship or a fork) with the prediction it made."""
-
-    round: int
-    variant: str
-    candidate: str
-    levers: tuple[str, ...]
-    buckets: tuple[str, ...]
-    manifest: Manifest
-
-
-@dataclass
 class RunState:
-    """Everything the loop knows about a run, from its ledger."""
+    """Everything the loop knows about a run: its ledger's fold, and each variant's harness built."""
 
-    opened: LedgerOpened
-    variants: dict[str, VariantState] = field(default_factory=dict)
-    routing: dict[str, str] = field(default_factory=dict)
-    """Task cluster -> variant."""
-    digests: dict[int, tuple[TaskDigest, ...]] = field(default_factory=dict)
-    candidates: dict[str, Candidate] = field(default_factory=dict)
-    ships: list[Ship] = field(default_factory=list)
-    decisions: dict[int, RoundDecided] = field(default_factory=dict)
-    concern: str = ""
-    banned: tuple[str, ...] = ()
-    banned_round: int = -1
-    """The round whose critic issued the ban (it holds for the round after)."""
-    model: str = ""
-    """The task agent's model in force (the run's configured one until a ``ModelChanged``)."""
-    model_since: int = 0
-    """The round it came into force: verdicts of earlier rounds were made under another model."""
+    ledger: RunLedger
+    _built: dict[str, HarnessConfig] = field(default_factory=dict, repr=False)
+    """Digest -> the harness built from the ledger's record of it."""
 
     @classmethod
     def of(cls, records: Iterable[LedgerEvent]) -> RunState:
-        """Fold a run's ledger records (the first must be its ``LedgerOpened``)."""
-        it = iter(records)
-        opened = next(it)
-        if not isinstance(opened, LedgerOpened):
-            raise ValueError(f"a run's ledger starts with ledger.opened, not {type(opened).TYPE}")
-        state = cls(opened, {opened.variant: VariantState(opened.variant, HarnessConfig.from_dict(opened.harness))},
-                    model=str(opened.settings.get("model", "")))
-        for record in it:
+        """Fold a run's ledger records (the first must be its ``LedgerOpened``); ``LedgerInvalid`` if they do not."""
+        state = cls(RunLedger())
+        for record in records:
             state.fold(record)
+        if state.ledger.opened is None:
+            raise LedgerInvalid("a run's ledger starts with ledger.opened")
         return state
 
     def fold(self, record: LedgerEvent) -> None:
-        """Apply one ledger record."""
-        if isinstance(record, RoundDigested):
-            self.digests[record.round] = record.digests
-        elif isinstance(record, CandidateProposed):
-            self.candidates[record.candidate] = Candidate(record)
-        elif isinstance(record, CandidateRevised):
-            cand = self.candidates[record.candidate]
-            cand.proposal = revised(cand.proposal, record)
-        elif isinstance(record, CriticJudged):
-            self.concern, self.banned, self.banned_round = record.strategy_concern, record.banned, record.round
-        elif isinstance(record, GateJudged):
-            self.candidates[record.candidate].gate = record
-        elif isinstance(record, ApprovalRequested):
-            self.candidates[record.candidate].waiting = True
-        elif isinstance(record, ApprovalGiven):
-            cand = self.candidates[record.candidate]
-            cand.approval, cand.waiting = record.approved, False
-        elif isinstance(record, HarnessShipped):
-            self.variants[record.variant].harness = HarnessConfig.from_dict(record.harness)
-            for cid in record.candidates:
-                self._ship(record.round, record.variant, cid)
-        elif isinstance(record, VariantForked):
-            self.variants[record.variant] = VariantState(record.variant, HarnessConfig.from_dict(record.harness),
-                                                         parent=record.parent, born=record.round)
-            for cluster in record.clusters:
-                self.routing[cluster] = record.variant
-            self._ship(record.round, record.variant, record.candidate)
-        elif isinstance(record, VariantRetired):
-            self.variants[record.variant].retired = True
-            self.routing = {c: v for c, v in self.routing.items() if v != record.variant}
-        elif isinstance(record, RoundDecided):
-            self.decisions[record.round] = record
-        elif isinstance(record, ModelChanged):
-            self.model, self.model_since = record.model, record.round
+        """Take the next ledger record; ``LedgerInvalid`` naming it when it does not fold.
 
-    def _ship(self, round: int, variant: str, candidate: str) -> None:
-        cand = self.candidates[candidate]
-        self.ships.append(Ship(round, variant, candidate, cand.levers, cand.proposal.buckets, cand.proposal.manifest))
+        The chain is not this fold's concern: the records come from the ``Ledger`` aggregate,
+        which refuses a broken chain as it loads and appends (and commands verify it first).
+        """
+        before = len(self.ledger.faults)
+        self.ledger.fold(record)
+        fault = next((f for f in self.ledger.faults[before:] if f.kind != "chain"), None)
+        if fault is not None:
+            raise LedgerInvalid(f"the ledger of run {self.ledger.run_id or record.run_id!r} does not fold: {fault}")
 
-    # --- questions the stages ask -------------------------------------------------------
+    def harness(self, digest: str, recorded: dict[str, Any]) -> HarnessConfig:
+        """The harness the ledger recorded under ``digest``, built once."""
+        built = self._built.get(digest)
+        if built is None:
+            built = self._built[digest] = HarnessConfig.from_dict(recorded)
+        return built
+
+    # --- the fold, as the stages read it --------------------------------------------------------
 
     @property
-    def next_round(self) -> int:
-        """The first round without a decision."""
-        return max(self.decisions, default=-1) + 1
+    def opened(self) -> LedgerOpened:
+        """The run's first ledger event."""
+        assert self.ledger.opened is not None
+        return self.ledger.opened
 
     @property
-    def idle(self) -> int:
-        """Rounds in a row without a ship, as of the last decision."""
-        last = max(self.decisions, default=None)
-        return 0 if last is None else self.decisions[last].idle
+    def variants(self) -> dict[str, VariantState]:
+        """Every variant ever made, with its current harness."""
+        return {name: VariantState(name, self.harness(v.current.digest, v.current.harness), v.parent, v.retired,
+                                   v.born) for name, v in self.ledger.variants.items()}
 
     def live(self) -> dict[str, VariantState]:
         """The variants not retired."""
         return {n: v for n, v in self.variants.items() if not v.retired}
 
+    @property
+    def routing(self) -> dict[str, str]:
+        """Task cluster -> variant."""
+        return self.ledger.routing
+
+    @property
+    def digests(self) -> dict[int, tuple[TaskDigest, ...]]:
+        """Round -> its task digests."""
+        return self.ledger.digests
+
+    @property
+    def candidates(self) -> dict[str, CandidateRecord]:
+        """Candidate id -> its record (proposal as revised, verdict, approval)."""
+        return self.ledger.candidates
+
+    @property
+    def ships(self) -> list[Ship]:
+        """Every candidate shipped or forked, in order."""
+        return self.ledger.ships
+
+    @property
+    def decisions(self) -> dict[int, RoundDecided]:
+        """Round -> its decision."""
+        return self.ledger.decisions
+
+    @property
+    def concern(self) -> str:
+        """The last critic's strategy concern."""
+        return self.ledger.concern
+
+    @property
+    def banned(self) -> tuple[str, ...]:
+        """The levers the last strategy concern banned."""
+        return self.ledger.banned
+
+    @property
+    def banned_round(self) -> int:
+        """The round whose critic issued the ban (it holds for the round after)."""
+        return self.ledger.banned_round
+
+    @property
+    def model(self) -> str:
+        """The task agent's model in force (the run's configured one until a ``ModelChanged``)."""
+        return self.ledger.model
+
+    @property
+    def model_since(self) -> int:
+        """The round the model in force came into force: verdicts of earlier rounds were made under another."""
+        return self.ledger.model_since
+
+    @property
+    def next_round(self) -> int:
+        """The first round without a decision."""
+        return self.ledger.next_round
+
+    @property
+    def idle(self) -> int:
+        """Rounds in a row without a ship, as of the last decision."""
+        return self.ledger.idle
+
     def route(self, cluster: str) -> str:
         """The variant a task cluster runs under."""
-        variant = self.routing.get(cluster, self.opened.variant)
-        return variant if variant in self.live() else self.opened.variant
+        return self.ledger.route(cluster)
 
     def task_history(self, before: int) -> dict[str, list[bool]]:
         """Each task's pass@k states in the rounds before ``before``, oldest first."""
-        out: dict[str, list[bool]] = {}
-        for rnd in sorted(r for r in self.digests if r < before):
-            for d in self.digests[rnd]:
-                out.setdefault(d.task, []).append(d.solved)
-        return out
+        return self.ledger.task_history(before)
 
     def ban_in_force(self, round: int) -> tuple[str, ...]:
-        """The levers the last strategy concern bans for ``round`` (the round after the critic's)."""
-        return self.banned if self.banned_round == round - 1 else ()
+        """The levers the last strategy concern bans for ``round``."""
+        return self.ledger.ban_in_force(round)
 
-    def pending(self) -> list[Candidate]:
+    def pending(self) -> list[CandidateRecord]:
         """Candidates that passed the gate and wait for (or have) a human's answer, not yet shipped."""
-        shipped = {s.candidate for s in self.ships}
-        return [c for c in self.candidates.values()
-                if c.gate is not None and c.gate.passed and c.id not in shipped and (c.waiting or c.approval)]
+        return self.ledger.pending_approval()
 
-
-def revised(proposal: CandidateProposed, revision: CandidateRevised) -> CandidateProposed:
-    """The proposal as a revision left it."""
-    return msgspec.structs.replace(proposal, operations=revision.operations, manifest=revision.manifest,
-                                   digest=revision.digest, build_error=revision.build_error)
+    def regressions(self, round: int, digests: Sequence[TaskDigest]) -> tuple[Regression, ...]:
+        """Tasks solved in the previous round and not in ``digests``, with the ships to their variant since."""
+        return self.ledger.regressions(round, digests)

@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hx.aegis.counterfactual import replay
-from hx.aegis.gate import Fresh, Tries
 from hx.aegis.ledger import LedgerConflict
 from hx.bench.registry import Benchmark
 from hx.bench.results import AttemptOutcome, summarise
 from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, RoundOutcome, RunExists
 from hx.bench.splits import SplitRole, Splits
+from hx.gate.rule import Fresh, Tries
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig

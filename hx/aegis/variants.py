@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from hx.aegis.digester import cluster_of
 from hx.aegis.state import RunState
+from hx.gate.rule import cluster_of
 from schemas.landscape import TaskDigest
 
 Strategy = Literal["global", "ensemble"]

@@ -13,30 +13,28 @@ from rich.console import Console
 from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from hx.aegis.code import CodeStore
-from hx.aegis.gate import Verdict
-from hx.aegis.ledger import read_records
 from hx.aegis.llm_stages import LlmCritic, LlmProse, llm_prose
 from hx.aegis.meta import MetaAgent
 from hx.aegis.session import EvolveJob
 from hx.aegis.settings import Progress
 from hx.aegis.smoke import SandboxCodeCheck
 from hx.cli.learn import describe
+from hx.gate.rule import Verdict
+from hx.replay.audit import verified_ledger
+from hx.runtime.code import CodeStore
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import CandidateProposed, HeldoutScored, LedgerOpened, RoundDecided
+from schemas.ledger import CandidateProposed, HeldoutScored, RoundDecided
 from streams.connection import Connection
 
 
-async def load_job(conn: Connection, run_id: str) -> EvolveJob | None:
-    """The job a run's ledger recorded (None when the run has no ledger)."""
-    records = await read_records(conn, run_id)
-    if records is None:
-        return None
-    opened = records[0]
-    assert isinstance(opened, LedgerOpened)
-    return msgspec.convert(opened.settings, EvolveJob)
+async def load_job(conn: Connection, run_id: str, data_dir: Path) -> EvolveJob:
+    """The job a run's ledger recorded, once the ledger verifies against the trace (``LedgerRefused`` names what
+    does not; ``AuditError`` a run with no ledger): a resumed run acts on nothing it cannot vouch for."""
+    ledger = await verified_ledger(conn.log, run_id, Path(data_dir).resolve() / "plugins")
+    assert ledger.opened is not None
+    return msgspec.convert(ledger.opened.settings, EvolveJob)
 
 
 class EvolveProgress:

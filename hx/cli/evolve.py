@@ -17,7 +17,7 @@ from rich.table import Table
 
 import hx.bench  # noqa: F401 - registers the benchmark adapters
 from hx.aegis.evolvers import EVOLVERS, make_evolver
-from hx.aegis.session import HELDOUT_SPLITS, EvolutionReport, EvolveJob, Parts, new_job, run_evolution
+from hx.aegis.session import HELDOUT_SPLITS, EvolveJob, Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings
 from hx.aegis.variants import STRATEGIES
 from hx.bench.results import ResultsClaim
@@ -25,9 +25,10 @@ from hx.bench.rollout import RolloutSettings
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
 from hx.cli.run import choose_harness, new_run_id, select_tasks
+from hx.replay.scoreboard import EvolutionReport
 from hx.runtime.models import ModelConfig
-from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyUpdated
+from streams.signing import LedgerKey
 
 DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
 
@@ -136,9 +137,7 @@ async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: 
                   settings: EvolveSettings, approve: bool, *, resume: bool,
                   coevolve: Any = None) -> EvolutionReport:
     async with app.connect() as conn:
-        job: EvolveJob | None = await load_job(conn, run_id) if resume else None
-        if resume and job is None:
-            raise HxError(f"run {run_id!r} has no ledger to resume")
+        job: EvolveJob | None = await load_job(conn, run_id, app.settings.data_dir) if resume else None
         bench_specs = list(job.benches) if job else specs
         benches, _ = select_tasks(bench_specs, "dev", 1)
         try:
@@ -159,7 +158,7 @@ async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: 
                 parts = Parts(evolver, progress.callbacks(), on_attempt=progress.attempt, critic=llm.critic,
                               code_check=llm.code_check, code_source=llm.code_check.sources,
                               approver=progress.approver if approve else None, prose=llm.prose, store=llm.store,
-                              on_update=progress.learner)
+                              on_update=progress.learner, key=LedgerKey.of(app.settings.data_dir))
                 try:
                     return await run_evolution(conn, benches, job, parts, resume=resume)
                 finally:

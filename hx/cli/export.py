@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -19,12 +19,12 @@ import click
 from hx.aegis.export import render
 from hx.aegis.export_fold import ExportError
 from hx.aegis.export_rounds import trajectory_name
-from hx.aegis.session import read_run
 from hx.bench.splits import round_roles
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.cli.log import json_line
+from hx.replay.audit import verified_ledger
+from projections.ledger import RunLedger
 from schemas.history import resolve_async
-from schemas.ledger import LedgerEvent, RoundDigested
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 from streams.topology import TRACE, TraceAddress, trace_filter
@@ -121,12 +121,11 @@ class Staging:
 
 async def _export(app: App, run_id: str, target: Path, *, with_trajectories: bool, force: bool) -> int:
     async with app.connect() as conn:
-        records = await read_run(conn, run_id, app.settings.data_dir.resolve() / "plugins")
-        if records is None:
-            raise ExportError(f"run {run_id!r} has no ledger")
+        ledger = await verified_ledger(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
+        records = [e.event for e in ledger.entries]
         try:
             with Staging(target) as staging:
-                trajectories = await write_trajectories(conn.log, run_id, records, staging.path) if (
+                trajectories = await write_trajectories(conn.log, run_id, ledger, staging.path) if (
                     with_trajectories) else {}
                 files = render(records, trajectories)
                 staging.write(files)
@@ -163,7 +162,7 @@ class _Files:
                 handle.close()
 
 
-async def write_trajectories(log: EventLog, run_id: str, records: Sequence[LedgerEvent],
+async def write_trajectories(log: EventLog, run_id: str, ledger: RunLedger,
                              root: Path) -> dict[int, dict[str, list[str]]]:
     """Each round's main-rollout attempts as JSON lines under ``root/R<n>/trajectories/``; round -> task -> files.
 
@@ -173,8 +172,7 @@ async def write_trajectories(log: EventLog, run_id: str, records: Sequence[Ledge
     """
     roles = await round_roles(log, run_id)
     out: dict[int, dict[str, list[str]]] = {}
-    digests = {r.round: r for r in records if isinstance(r, RoundDigested)}
-    for digested in (digests[n] for n in sorted(digests)):
+    for digested in (r.digested for r in ledger.ordered() if r.digested is not None):
         rounds = [t for t in digested.trace_rounds if t in roles and roles[t].purpose == "main"]
         if not rounds:
             continue

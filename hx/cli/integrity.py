@@ -1,7 +1,10 @@
 """``hx log verify`` and ``hx log accept-loss``: is every stream whole, and the one way to go on when it is not.
 
 Every hx command refuses a stream that lost events (``streams.integrity``). ``verify``
-says why, stream by stream, without refusing; ``accept-loss`` records on the ledger that
+says why, stream by stream, without refusing: settings that could lose events, events lost
+since hx last saw the stream, stored messages the server will not serve (a damaged block
+file), and, on ``HX_LEDGER``, every run's ledger checked on its own (``hx.replay.audit``: the
+fold, chain, signatures, folds and decisions). ``accept-loss`` records on the ledger that
 someone accepted the loss, with their reason, and moves the stream's head so that hx uses
 the stream again. Settings that could lose events are never accepted: change them back.
 """
@@ -12,18 +15,23 @@ import click
 from rich.table import Table
 
 from hx.cli._app import App, pass_app, run, stdout_console
+from hx.replay.audit import verify_ledger
+from projections.ledger import EditLedger
+from projections.runner import ProjectionRunner
 from schemas.errors import HxError
 from schemas.integrity import StreamLossAccepted
 from streams.connection import connect
-from streams.integrity import Heads, local_heads, missing_events, problems
+from streams.integrity import Heads, local_heads, missing_events, problems, unreadable
+from streams.log import EventLog
 from streams.topology import LEDGER, SPECS, apply_topology, stream_infos
 
 INTEGRITY_SUBJECT = "hx.ledger.integrity"
 """Where accepted losses go on the ledger."""
 
 
-async def _findings(heads: Heads) -> dict[str, list[str]]:
-    """Per stream, every problem: settings that could lose events, and events lost since hx last saw it."""
+async def _findings(heads: Heads, *, read: bool = False) -> dict[str, list[str]]:
+    """Per stream, every problem: settings that could lose events, events lost since hx last saw it, and (with
+    ``read``) stored messages the server will not serve."""
     infos = await stream_infos(heads.js, SPECS)
     server = await heads.server_heads(SPECS)
     local = heads.mirror.load() if heads.mirror is not None else {}
@@ -32,7 +40,25 @@ async def _findings(heads: Heads) -> dict[str, list[str]]:
         found = [f"setting {d}" for d in SPECS[name].differences(info.config)] if info is not None else []
         for head, where in ((server.get(name, (None, 0))[0], "the server's head"), (local.get(name), "the local head")):
             found += [p for p in problems(name, info, head, where) if p not in found]
+        if read and info is not None:
+            damaged, seqs = await unreadable(heads.js, info)
+            if damaged:
+                which = f" (message{'s' if len(seqs) > 1 else ''} {', '.join(map(str, seqs[:8]))}" + (
+                    ", ..." if len(seqs) > 8 else "") + ")" if seqs else ""
+                found.append(f"stream {name}: {damaged:,} stored message(s) cannot be read{which}: their copy on "
+                             "disk is damaged (the server's checksum fails)")
         out[name] = found
+    return out
+
+
+async def _ledgers(log: EventLog) -> dict[str, list[str]]:
+    """Every run's ledger on ``HX_LEDGER``, checked on its own: run -> its problems (none when it verifies)."""
+    runs = ProjectionRunner(log, EditLedger())
+    await runs.catch_up(checkpoint=False)
+    out: dict[str, list[str]] = {}
+    for run_id, ledger in runs.state.items():
+        result = await verify_ledger(log, ledger, trace=False)
+        out[run_id or "(no run)"] = [str(p) for p in result.problems]
     return out
 
 
@@ -40,21 +66,29 @@ async def _findings(heads: Heads) -> dict[str, list[str]]:
 @pass_app
 def verify(app: App) -> None:
     """Check every stream: settings that could lose events, and events lost since hx last saw it."""
-    findings = run(_verify(app))
+    findings, ledgers = run(_verify(app))
     table = Table(title="stream integrity", header_style="bold")
     table.add_column("stream")
     table.add_column("state")
     for name, found in findings.items():
         table.add_row(name, "\n".join(found) if found else "whole")
     stdout_console().print(table)
-    broken = [name for name, found in findings.items() if found]
+    runs = Table(title=f"run ledgers on {LEDGER.name}", header_style="bold")
+    runs.add_column("run")
+    runs.add_column("ledger")
+    for run_id, found in ledgers.items():
+        runs.add_row(run_id, "\n".join(found[:5] + ([f"... {len(found) - 5} more: hx audit verify {run_id}"]
+                                                    if len(found) > 5 else [])) if found else "verifies")
+    if ledgers:
+        stdout_console().print(runs)
+    broken = [name for name, found in findings.items() if found] + [r for r, found in ledgers.items() if found]
     if broken:
         raise HxError(f"{', '.join(broken)} cannot be used as they are; see above")
 
 
-async def _verify(app: App) -> dict[str, list[str]]:
+async def _verify(app: App) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     async with connect(app.settings, apply=False) as conn:
-        return await _findings(Heads(conn.js, local_heads(app.settings)))
+        return await _findings(Heads(conn.js, local_heads(app.settings)), read=True), await _ledgers(conn.log)
 
 
 @click.command("accept-loss")

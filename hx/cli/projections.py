@@ -17,7 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hx.cli._app import App, named_projection, pass_app, quarantine_note, run, stderr_console, stdout_console
-from hx.replay.timetravel import AsOf, TimeTravelError, parse_as_of, run_marks
+from hx.replay.timetravel import AsOf, parse_as_of, run_marks
+from hx.replay.trace_rounds import TimeTravelError
 from projections.base import Projection
 from projections.otel_spans import ExportFailed, OtelSpans, SpanExportRunner, otlp_exporter
 from projections.registry import BUILTINS, PROJECTIONS, available

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from hx.aegis.session import read_run
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
+from hx.replay.audit import verified_ledger
 from hx.report.data import ReportData, ReportError, learner_records
 from hx.report.figures import figures
 from hx.report.html import report_files
@@ -46,12 +46,10 @@ def report_command(app: App, run_id: str, out: Path | None) -> None:
 
 async def _gather(app: App, run_id: str) -> ReportData:
     async with app.connect() as conn:
-        records = await read_run(conn, run_id, app.settings.data_dir.resolve() / "plugins")
-        if records is None:
-            raise ReportError(f"run {run_id!r} has no ledger (not an evolution run on this log)")
+        ledger = await verified_ledger(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
         learner = await learner_records(conn.log, run_id)
         quarantine_note(conn.log)
-    return ReportData.of(records, learner)
+    return ReportData.of([e.event for e in ledger.entries], learner)
 
 
 def check_target(target: Path) -> None:

@@ -26,19 +26,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from hx.aegis.operations import apply, describe
 from hx.bench.registry import Benchmark, benchmark
 from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
 from hx.replay.harness_diff import harness_in, task_round, task_variant
-from hx.replay.regressions import AttemptEvidence, attempts_of, ledger_state
-from hx.replay.timetravel import TimeTravelError, run_marks
+from hx.replay.regressions import AttemptEvidence, attempts_of, ledger_of
+from hx.replay.timetravel import run_marks
+from hx.replay.trace_rounds import TimeTravelError
 from hx.runtime.models import ModelConfig
+from projections.ledger import RunLedger
 from schemas.edits import AnyEditOp
-from schemas.ledger import HarnessShipped, LedgerOpened, VariantForked
 from streams.log import EventLog
 from streams.topology import check_run_id
 
@@ -125,16 +125,16 @@ class Bisection:
         return bool(self.trials) and self.trials[0].solved == self.logged[0]
 
 
-def edits_between(events: Sequence[Any], va: str, vb: str, a: int, b: int) -> list[Edit]:
+def edits_between(ledger: RunLedger, va: str, vb: str, a: int, b: int) -> list[Edit]:
     """The ships (and the fork) of the lineage from ``va`` in round ``a`` to ``vb`` in round ``b``, in ledger order."""
     lineage, out = va, []
-    for ev in events:
-        if not isinstance(ev, HarnessShipped | VariantForked) or not a <= ev.round < b:
+    for ship in ledger.shipments:
+        if not a <= ship.round < b:
             continue
-        if isinstance(ev, HarnessShipped) and ev.variant == lineage:
-            out.append(Edit(ev.round, "ship", ev.variant, ev.candidates, ev.operations))
-        elif isinstance(ev, VariantForked) and ev.parent == lineage and ev.variant == vb:
-            out.append(Edit(ev.round, "fork", ev.variant, (ev.candidate,), ev.operations))
+        if ship.kind == "ship" and ship.variant == lineage:
+            out.append(Edit(ship.round, "ship", ship.variant, ship.candidates, ship.event.operations))
+        elif ship.kind == "fork" and ship.on == lineage and ship.variant == vb:
+            out.append(Edit(ship.round, "fork", ship.variant, ship.candidates, ship.event.operations))
             lineage = vb
     return out
 
@@ -171,16 +171,16 @@ async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch:
     marks = await run_marks(log, run)
     if not marks.evolution:
         raise TimeTravelError(f"run {run!r} has no ledger: hx bisect applies an evolution run's shipped edits")
-    events, state = ledger_state(marks)
+    state = ledger_of(marks)
     digests = {n: {d.task: d for d in ds} for n, ds in state.digests.items()}
     variants = {n: {t: d.variant for t, d in ds.items()} for n, ds in digests.items()}
     va, vb = task_variant(marks, variants, task, a), task_variant(marks, variants, task, b)
-    edits = edits_between(events, va, vb, a, b)
+    edits = edits_between(state, va, vb, a, b)
     if not edits:
         raise TimeTravelError(f"no edit was shipped to {va} (the variant {task!r} ran) between round {a} and round "
                               f"{b}: nothing to bisect, nothing re-run")
     (_, ta), (_, tb) = task_round(marks, variants, task, a), task_round(marks, variants, task, b)
-    harnesses = [harness_in(events, va, a)]
+    harnesses = [harness_in(state, va, a)]
     for edit in edits:
         try:
             harnesses.append(apply(harnesses[-1], edit.operations))
@@ -188,10 +188,9 @@ async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch:
             raise TimeTravelError(f"edit {edit.name} does not apply: {exc}") from None
     result = Bisection(run, task, (a, b), scratch_id(run, scratch), edits,
                        logged=(digests[a][task].solved, digests[b][task].solved),
-                       reaches=harnesses[-1].digest == harness_in(events, vb, b).digest)
-    opened = events[0]
-    assert isinstance(opened, LedgerOpened)
-    job = opened.settings
+                       reaches=harnesses[-1].digest == harness_in(state, vb, b).digest)
+    assert state.opened is not None
+    job = state.opened.settings
     first = marks.trace[ta].started.first_attempt
     settings = RolloutSettings(attempts=int(job.get("attempts", 2)), concurrency=int(job.get("concurrency", 4)),
                                max_steps=int(job.get("max_steps", 100)), seed=int(job.get("seed", 0)),

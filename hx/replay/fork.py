@@ -24,13 +24,12 @@ from typing import Any
 
 import msgspec
 
-from hx.aegis.ledger import read_records
 from hx.bench.splits import round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.compare import Aliases, Divergence, compare_attempt
 from hx.replay.logged import LoggedRound, NotOnLog, ReplayError, model_specs, read_round
 from hx.replay.recorded import FedTask, Recording
-from hx.replay.replayer import close_benchmarks, live_task, open_benchmarks, round_harness
+from hx.replay.replayer import close_benchmarks, live_task, open_benchmarks, round_harness, run_ledger
 from hx.runtime.loop import AttemptResult, RunLoop
 from hx.runtime.models import ModelConfig
 from hx.runtime.providers.base import CallContext, Completion, Provider, make_provider, register_provider
@@ -140,7 +139,7 @@ async def fork_attempt(conn: Connection, run_id: str, task: str, attempt: int, s
     if not 0 <= step <= recording.steps:
         raise ReplayError(f"attempt {attempt} of task {task!r} in round {round} of run {run_id!r} has "
                           f"{recording.steps} steps; --step must be 0 to {recording.steps}")
-    ledger = await read_records(conn, run_id)
+    ledger = await run_ledger(conn, run_id, plugin_dir)
     config = harness or (await round_harness(conn, logged, ledger, plugin_dir))[0]
     specs = model_specs(records)
     original_main = specs.get("main", "random:")

@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hx.aegis.operations import apply, describe
-from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
-from hx.replay.regressions import ShipBetween, ledger_state
-from hx.replay.timetravel import RunMarks, TimeTravelError, read_decoded, run_marks
+from hx.replay.regressions import ShipBetween, ledger_of
+from hx.replay.timetravel import RunMarks, run_marks
+from hx.replay.trace_rounds import TimeTravelError, read_decoded
+from projections.ledger import RunLedger
 from schemas.edits import AnyEditOp, Attach, Remove, Reparam, Replace
-from schemas.ledger import HarnessShipped, VariantForked
 from schemas.lifecycle import AttemptFinished
 from schemas.model import ModelResponse
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned
@@ -193,17 +193,17 @@ async def harness_diff(log: EventLog, run: str, task: str, a: int, b: int, *, at
     marks = await run_marks(log, run)
     if not marks.evolution:
         raise TimeTravelError(f"run {run!r} has no ledger: hx diff compares the rounds of an evolution run")
-    events, state = ledger_state(marks)
+    state = ledger_of(marks)
     digests = {n: {d.task: d.variant for d in ds} for n, ds in state.digests.items()}
     (va, ta), (vb, tb) = task_round(marks, digests, task, a), task_round(marks, digests, task, b)
-    ha, hb = harness_in(events, va, a), harness_in(events, vb, b)
+    ha, hb = harness_in(state, va, a), harness_in(state, vb, b)
     ops = harness_ops(ha, hb)
     try:
         reproduces = apply(ha, ops).with_slots(**_slots(hb)).digest == hb.digest
     except CompositionError:
         reproduces = False
-    ships = [ShipBetween(s, []) for s in _ships(events, min(a, b), max(a, b))
-             if s.variant in (va, vb)]
+    ships = [ShipBetween(s.event, []) for s in state.shipments if min(a, b) <= s.round < max(a, b)
+             and s.variant in (va, vb)]
     first, second = (await trajectory(log, trace_subject(run, ta, task, attempt)),
                      await trajectory(log, trace_subject(run, tb, task, attempt)))
     if not first.steps and not second.steps:
@@ -212,22 +212,12 @@ async def harness_diff(log: EventLog, run: str, task: str, a: int, b: int, *, at
                        (first, second), diverge(first, second))
 
 
-def harness_in(events: Sequence[Any], variant: str, round: int) -> HarnessConfig:
+def harness_in(ledger: RunLedger, variant: str, round: int) -> HarnessConfig:
     """The harness ``variant`` ran in ``round``: its last version shipped before that round (from the ledger)."""
-    prefix = []
-    for ev in events:
-        if isinstance(ev, HarnessShipped | VariantForked) and ev.round >= round:
-            break
-        prefix.append(ev)
-    variants = RunState.of(prefix).variants
-    if variant not in variants:
+    version = ledger.as_of(round).get(variant)
+    if version is None:
         raise TimeTravelError(f"variant {variant!r} did not exist in round {round}")
-    return variants[variant].harness
-
-
-def _ships(events: Sequence[Any], a: int, b: int) -> list[HarnessShipped | VariantForked]:
-    """Ships and forks made in rounds ``a`` .. ``b - 1``: those that take effect by round ``b``."""
-    return [ev for ev in events if isinstance(ev, HarnessShipped | VariantForked) and a <= ev.round < b]
+    return HarnessConfig.from_dict(version.harness)
 
 
 def _slots(h: HarnessConfig) -> dict[str, Any]:

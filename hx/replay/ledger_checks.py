@@ -1,62 +1,78 @@
-"""The checks of a run's edit ledger, each naming the first thing wrong precisely: chain, folds, inputs.
+"""The checks of a run's edit ledger on the ledger alone, each naming the first thing wrong: chain, keys, decisions.
 
-- the chain: every ledger event's ``prev`` is ``ledger_digest`` (schemas.ledger) of the event
-  before it and the first chains to nothing. A break is classified: an event whose body no
-  longer hashes to the digest the next event chains to (or to its recorded digest) was
-  *edited*; a gap in the positions is a *dropped* event; an event chaining to one that comes
-  after it is *reordered*.
-- the folds: replaying every ship and fork's edit operations (``hx.aegis.operations.apply``)
-  on the harness its variant had at that point of the ledger gives the recorded digest, and
-  the recorded harness hashes to it too (the HarnessState projection's versions are these).
-- the inputs: each verdict (critic, gate) and ship names only candidates proposed (and, for a
-  ship, gated) earlier on the ledger; on a run's log, the trace rounds a digest, gate or
-  held-out score cites exist on ``HX_TRACE``, and every evidence anchor resolves to an event
-  of the run (one message fetched per anchor, nothing else of the trace read).
+Each check reads the ledger's one fold (``projections.ledger.RunLedger``) and returns the
+problems it found (``Problem``); ``hx.replay.audit`` runs them (and ``hx.replay.trace_checks``,
+which reads what the ledger cites on ``HX_TRACE``) on a run's log or on a copy.
 
-Each check takes the ledger's entries as read back (``hx.replay.ledger_view``) and returns the
-problems it found (``Problem``); ``hx.replay.audit`` runs them on a run's log or on a copy.
+- the fold: what the fold could not take (a non-ledger event on the run's subject, a position
+  written twice, an event after ``ledger.evolution_finished``, a name the ledger never made);
+- the chain: every event's ``prev`` is ``ledger_digest`` of the event before it, the first chains
+  to nothing, positions run 1, 2, 3... A break is classified: an event whose body no longer
+  hashes to the digest the next event chains to (or to its recorded digest) was *edited*; a gap
+  in the positions is a *dropped* event; an event chaining to one after it is *reordered*;
+- the signatures: in a ledger whose ``ledger.opened`` records a key, every event is signed by it;
+- the folds: every harness version is what its operations make of the harness before it, and
+  hashes to its recorded digest;
+- the decisions: every gate verdict follows from its own checks by the gate's rule
+  (``hx.gate.rule``); every ship or fork carries candidates the gate passed for exactly that
+  (and a human approved where one was asked or the risk called for it), their operations and
+  nothing else, on the harness they were judged on, once; a round's decision names only what it
+  shipped; a held-out score is of the run's frozen split.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-from hx.aegis.operations import apply
-from hx.bench.splits import round_roles
+from hx.gate.rule import disagreement
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
-from hx.replay.anchors import AnchorResolver
-from hx.replay.ledger_view import LedgerEntry, events_span
+from projections.ledger import HarnessVersion, LedgerEntry, RunLedger, ShipRecord
 from schemas.edits import AnyEditOp
-from schemas.ledger import (
-    ApprovalGiven,
-    ApprovalRequested,
-    CandidateProposed,
-    CandidateRevised,
-    CriticJudged,
-    GateJudged,
-    HarnessShipped,
-    HeldoutScored,
-    LedgerOpened,
-    RoundDigested,
-    VariantForked,
-    ledger_digest,
-)
-from streams.log import EventLog
-from streams.topology import TRACE
+from schemas.ledger import HarnessShipped, HeldoutScored, VariantForked, ledger_digest
+from streams.signing import verify
+
+DEFAULT_RISK_THRESHOLD = 0.7
+"""``EvolveSettings.risk_threshold``'s default, for a ledger whose settings do not record it."""
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong, named: its kind (edited, dropped, reordered, chain, fold, input, copy) and where."""
+    """One thing wrong, named: its kind (edited, dropped, reordered, chain, structure, signature, fold, decision,
+    input, copy) and the event it is about."""
 
     kind: str
     text: str
+    position: int = 0
+    """The ledger position it is about (0: none in particular); problems are reported in this order."""
 
     def __str__(self) -> str:
         return self.text
 
+
+def label(entry: LedgerEntry) -> str:
+    """How a problem names an event: ``event 17 (ledger.gate_judged)``."""
+    return entry.label
+
+
+def events_span(first: int, last: int) -> str:
+    """``event 4`` or ``events 4-9``: a run of ledger positions in a message."""
+    return f"event {first}" if first == last else f"events {first}-{last}"
+
+
+# --- the fold ------------------------------------------------------------------------------------
+
+
+def check_fold(ledger: RunLedger) -> list[Problem]:
+    """What the fold could not take, but the chain's own breaks (``check_chain`` names those more precisely)."""
+    return [Problem(f.kind, str(f), f.position) for f in ledger.faults if f.kind not in _CHAIN_KINDS]
+
+
+_CHAIN_KINDS = ("chain", "dropped", "reordered")
+"""Faults of the chain's order, which ``check_chain`` classifies on the events as they arrived."""
 
 
 # --- the chain ----------------------------------------------------------------------------------
@@ -82,18 +98,18 @@ def check_chain(entries: Sequence[LedgerEntry], recorded: Sequence[str | None] =
         named = breaks[0] - 1 if first.kind == "edited" and claimed[breaks[0] - 1] is not None else -1
         if len(breaks) > 1:
             problems.append(Problem("chain", f"{len(breaks) - 1} more break(s) after it, from "
-                                             f"{entries[breaks[1]].label} on"))
+                                             f"{entries[breaks[1]].label} on", entries[breaks[1]].position))
     if positioned and not breaks:  # a chain re-hashed after a drop still shows the gap in the positions
         gaps = [i for i in range(len(entries)) if entries[i].position != (entries[i - 1].position + 1 if i else 1)]
         if gaps:
             at = entries[gaps[0]]
             problems.append(Problem("dropped", f"{at.label}: the chain holds but the positions jump to "
                                                f"{at.position} after {entries[gaps[0] - 1].position if gaps[0] else 0}:"
-                                               " events dropped and the chain re-hashed"))
+                                               " events dropped and the chain re-hashed", at.position))
     for i, (entry, digest) in enumerate(zip(entries, digests, strict=True)):
         if claimed[i] is not None and claimed[i] != digest and i != named:
             problems.append(Problem("edited", f"{entry.label}: its body hashes to {digest[:19]}..., not to its "
-                                              f"recorded digest {str(claimed[i])[:19]}...: edited"))
+                                              f"recorded digest {str(claimed[i])[:19]}...: edited", entry.position))
     return problems
 
 
@@ -101,215 +117,221 @@ def _classify(entries: Sequence[LedgerEntry], digests: list[str], claimed: list[
               line_of: dict[str, int], i: int, positioned: bool) -> Problem:
     entry = entries[i]
     prev = entry.event.prev
+    at = entry.position
     if i == 0:
         j = line_of.get(prev)
         if j is not None:
             return Problem("reordered", f"{entry.label} comes first but chains to {entries[j].label}, which comes "
-                                        "after it: reordered")
+                                        "after it: reordered", at)
         if positioned and entry.position > 1:
             missing = events_span(1, entry.position - 1)
             return Problem("dropped", f"{missing} missing: the ledger starts at {entry.label}, which chains to "
-                                      f"{prev[:19]}...: dropped")
+                                      f"{prev[:19]}...: dropped", at)
         return Problem("dropped", f"{entry.label} is first but chains to {prev[:19]}..., not to nothing: the "
-                                  "events before it were dropped or it was edited")
+                                  "events before it were dropped or it was edited", at)
     before = entries[i - 1]
     if not prev:
         return Problem("edited", f"{entry.label}: chains to nothing, as only a ledger's first event may: edited or "
-                                 "moved")
+                                 "moved", at)
     j = line_of.get(prev)
     if j is not None and j > i - 1:
-        return Problem("reordered", f"{entry.label} comes before {entries[j].label}, which it chains to: reordered")
+        return Problem("reordered", f"{entry.label} comes before {entries[j].label}, which it chains to: reordered", at)
     if j is not None:
         return Problem("reordered", f"{entry.label} chains to {entries[j].label}, not to the event before it, "
-                                    f"{before.label}: reordered or duplicated")
+                                    f"{before.label}: reordered or duplicated", at)
     if claimed[i - 1] == prev:
         return Problem("edited", f"{entry.label}: prev does not match the digest of {before.label}: {before.label} "
                                  "was edited (its body no longer hashes to the digest recorded for it and chained "
-                                 "to by the next event)")
+                                 "to by the next event)", before.position)
     if positioned and entry.position > before.position + 1:
         missing = events_span(before.position + 1, entry.position - 1)
         return Problem("dropped", f"{missing} missing: chain breaks between event {before.position} "
-                                  f"({before.type}) and {entry.label}: dropped")
+                                  f"({before.type}) and {entry.label}: dropped", before.position + 1)
     if positioned:
-        return Problem("edited", f"{entry.label}: prev does not match the digest of {before.label}: edited")
+        return Problem("edited", f"{entry.label}: prev does not match the digest of {before.label}: edited", at)
     return Problem("edited", f"{entry.label}: prev does not match the digest of {before.label} nor of any event "
-                             "here: the event before it was edited, or events between them were dropped")
+                             "here: the event before it was edited, or events between them were dropped", at)
+
+
+# --- the signatures -------------------------------------------------------------------------------
+
+
+def check_signatures(ledger: RunLedger) -> tuple[int, list[Problem]]:
+    """(events signed by the run's key, problems): in a signed ledger every event verifies with its key."""
+    key = ledger.opened.public_key if ledger.opened is not None else ""
+    if not key:
+        return 0, []
+    good, problems = 0, []
+    for entry in ledger.entries:
+        why = verify(key, ledger_digest(entry.event), entry.event.signature)
+        if why:
+            problems.append(Problem("signature", f"{entry.label}: {why}: it was not written by the key the run was "
+                                                 "opened with", entry.position))
+        else:
+            good += 1
+    return good, problems
 
 
 # --- the folds ----------------------------------------------------------------------------------
 
 
-def _built(harness: dict[str, object] | None, base: HarnessConfig | None,
-           operations: Sequence[AnyEditOp]) -> tuple[HarnessConfig | None, HarnessConfig | None, str]:
-    """(the fold of ``operations`` on ``base``, the recorded harness rebuilt, why either failed)."""
-    folded = recorded = None
-    why = ""
+def _built(recorded: dict[str, Any], what: str) -> tuple[HarnessConfig | None, str]:
     try:
-        folded = apply(base, operations) if base is not None else None
+        return HarnessConfig.from_dict(recorded, where=what), ""
     except (CompositionError, ImportError) as exc:
-        why = f"its edits do not build on the harness before it: {exc}"
-    try:
-        recorded = HarnessConfig.from_dict(harness or {}, where="its recorded harness")
-    except (CompositionError, ImportError) as exc:
-        why = why or str(exc)
-    return folded, recorded, why
+        return None, str(exc)
 
 
-def check_folds(entries: Sequence[LedgerEntry], *, code_missing: bool = False) -> tuple[int, list[Problem], list[str]]:
+def _base(ledger: RunLedger, ship: ShipRecord) -> HarnessVersion | None:
+    """The version the ship's operations were applied to: its variant's (its parent's, for a fork) just before it."""
+    variant = ledger.variants.get(ship.on)
+    return variant.before(ship.position) if variant is not None else None
+
+
+def check_folds(ledger: RunLedger, *, code_missing: bool = False) -> tuple[int, list[Problem], list[str]]:
     """(ships and forks equal to their fold, problems, unchecked): every recorded digest against the fold of edits.
 
     ``code_missing``: the run's candidates bring new processor code that is not importable
     here (a file without the run's object store), so a ship that does not build is unchecked,
     not wrong.
     """
-    variants: dict[str, HarnessConfig] = {}
     good, problems, unchecked = 0, [], []
-    for entry in entries:
-        ev = entry.event
-        if isinstance(ev, LedgerOpened):
-            _, recorded, why = _built(ev.harness, None, ())
-            if recorded is None or recorded.digest != ev.digest:
-                found = f"does not build ({why})" if recorded is None else f"hashes to {recorded.digest[:19]}..."
-                problems.append(Problem("fold", f"{entry.label}: the initial harness {found}, not to its recorded "
-                                                f"digest {ev.digest[:19]}..."))
-            if recorded is not None:
-                variants[ev.variant] = recorded
-            continue
-        if not isinstance(ev, HarnessShipped | VariantForked):
-            continue
-        on = ev.variant if isinstance(ev, HarnessShipped) else ev.parent
-        digest = ev.digest_after if isinstance(ev, HarnessShipped) else ev.digest
-        base = variants.get(on)
-        if base is None:
-            problems.append(Problem("fold", f"{entry.label}: edits variant {on!r}, which no earlier event of the "
-                                            "ledger opened or forked"))
-            continue
+    built: dict[str, HarnessConfig] = {}
+    opened = ledger.opened
+    if opened is not None:
+        entry = ledger.entries[0]
+        initial, why = _built(opened.harness, "the initial harness")
+        if initial is None or initial.digest != opened.digest:
+            found = f"does not build ({why})" if initial is None else f"hashes to {initial.digest[:19]}..."
+            problems.append(Problem("fold", f"{entry.label}: the initial harness {found}, not to its recorded "
+                                            f"digest {opened.digest[:19]}...", entry.position))
+        if initial is not None:
+            built[opened.digest] = initial
+    for ship in ledger.shipments:
+        ev, where = ship.event, f"event {ship.position} ({type(ship.event).TYPE})"
+        base = _base(ledger, ship)
+        harness = built.get(base.digest) if base is not None else None
+        if base is None or harness is None:
+            continue  # the base did not build: named where it was recorded
         wrong: list[str] = []
         if isinstance(ev, HarnessShipped) and ev.digest_before != base.digest:
             wrong.append(f"it records digest_before {ev.digest_before[:19]}..., but the ledger before it folds "
-                         f"{on} to {base.digest[:19]}...")
-        folded, recorded, why = _built(ev.harness, base, ev.operations)
+                         f"{ship.on} to {base.digest[:19]}...")
+        folded = recorded = None
+        why = ""
+        try:
+            folded = apply(harness, ev.operations)
+        except (CompositionError, ImportError) as exc:
+            why = f"its edits do not build on the harness before it: {exc}"
+        recorded, not_built = _built(ev.harness, "its recorded harness")
+        why = why or not_built
         if why and code_missing:
-            unchecked.append(f"{entry.label}: its edits name processor code only the run's object store holds")
+            unchecked.append(f"{where}: its edits name processor code only the run's object store holds")
             continue
         if why:
             wrong.append(why)
-        if folded is not None and folded.digest != digest:
-            wrong.append(f"its edits applied to {on}'s harness give {folded.digest[:19]}..., it records "
-                         f"{digest[:19]}...")
-        if recorded is not None and recorded.digest != digest:
-            wrong.append(f"its recorded harness hashes to {recorded.digest[:19]}..., not {digest[:19]}...")
-        problems += [Problem("fold", f"{entry.label}: {w}") for w in wrong]
+        if folded is not None and folded.digest != ship.digest:
+            wrong.append(f"its edits applied to {ship.on}'s harness give {folded.digest[:19]}..., it records "
+                         f"{ship.digest[:19]}...")
+        if recorded is not None and recorded.digest != ship.digest:
+            wrong.append(f"its recorded harness hashes to {recorded.digest[:19]}..., not {ship.digest[:19]}...")
+        problems += [Problem("fold", f"{where}: {w}", ship.position) for w in wrong]
         good += not wrong
-        variants[ev.variant] = folded or recorded or base
+        kept = folded or recorded
+        if kept is not None:
+            built[ship.digest] = kept
     return good, problems, unchecked
 
 
-# --- the verdicts' inputs -----------------------------------------------------------------------
+# --- the decisions ------------------------------------------------------------------------------
 
 
-@dataclass
-class _Inputs:
-    """What the ledger has shown so far, as a verdict's inputs are checked against it."""
-
-    proposed: dict[str, LedgerEntry] = field(default_factory=dict)
-    operations: dict[str, tuple[AnyEditOp, ...]] = field(default_factory=dict)
-    """Candidate -> its operations as last proposed or revised."""
-    passed: set[str] = field(default_factory=set)
-    asked: set[str] = field(default_factory=set)
-
-
-def check_inputs(entries: Sequence[LedgerEntry]) -> tuple[list[LedgerEntry], list[Problem]]:
-    """(verdicts whose candidates are on the ledger before them, problems): ledger-internal inputs only."""
-    seen = _Inputs()
-    verdicts: list[LedgerEntry] = []
+def check_decisions(ledger: RunLedger) -> tuple[int, list[Problem]]:
+    """(gate verdicts that follow from their checks, problems): verdicts, ships, forks, decisions, held-out scores."""
+    if ledger.opened is None:
+        return 0, []
+    settings = ledger.opened.settings.get("settings") or {}
+    threshold = float(settings.get("risk_threshold", DEFAULT_RISK_THRESHOLD))
+    allow_fork = ledger.opened.strategy == "ensemble"
     problems: list[Problem] = []
-
-    def need(entry: LedgerEntry, cids: Sequence[str], what: str = "no earlier candidate_proposed proposed") -> bool:
-        missing = [c for c in dict.fromkeys(cids) if c not in seen.proposed]
-        for c in missing:
-            problems.append(Problem("input", f"{entry.label}: names candidate {c}, which {what}"))
-        return not missing
-
-    for entry in entries:
+    consistent = 0
+    for cand in ledger.candidates.values():
+        if cand.gate is None:
+            continue
+        why = disagreement(cand.gate, allow_fork=allow_fork)
+        if why:
+            problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): the verdict on "
+                                                f"{cand.id} does not follow from its own checks: {why}",
+                                    cand.gate_position))
+        else:
+            consistent += 1
+        if cand.gate.passed and cand.proposal.build_error:
+            problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): passes {cand.id}, "
+                                                f"whose operations do not build ({cand.proposal.build_error})",
+                                    cand.gate_position))
+    shipped: dict[str, int] = {}
+    for ship in ledger.shipments:
+        problems += _check_ship(ledger, ship, threshold, shipped)
+    for n, rnd in sorted(ledger.rounds.items()):
+        decided = rnd.decided
+        if decided is None:
+            continue
+        made = {c for s in rnd.ships for c in s.candidates}
+        stray = [c for c in decided.shipped if c not in made]
+        at = next((e.position for e in ledger.entries if e.event is decided), 0)
+        if stray:
+            problems.append(Problem("decision", f"event {at} (ledger.round_decided): round {n} says it shipped "
+                                                f"{', '.join(stray)}, which no ship of the round carried", at))
+        if decided.shipped and decided.outcome != "shipped":
+            problems.append(Problem("decision", f"event {at} (ledger.round_decided): round {n} lists ships but its "
+                                                f"outcome is {decided.outcome!r}", at))
+    for entry in ledger.entries:
         ev = entry.event
-        if isinstance(ev, CandidateProposed):
-            seen.proposed.setdefault(ev.candidate, entry)
-            seen.operations[ev.candidate] = ev.operations
-        elif isinstance(ev, CandidateRevised):
-            if need(entry, [ev.candidate]):
-                seen.operations[ev.candidate] = ev.operations
-        elif isinstance(ev, CriticJudged):
-            named = [*ev.ranking, *ev.revisions, *(c.candidate for c in ev.concerns)]
-            if need(entry, named):
-                verdicts.append(entry)
-        elif isinstance(ev, GateJudged):
-            if need(entry, [ev.candidate]):
-                verdicts.append(entry)
-            if ev.passed:
-                seen.passed.add(ev.candidate)
-        elif isinstance(ev, ApprovalRequested):
-            need(entry, [ev.candidate])
-            seen.asked.add(ev.candidate)
-        elif isinstance(ev, ApprovalGiven) and ev.candidate not in seen.asked:
-            problems.append(Problem("input", f"{entry.label}: answers for candidate {ev.candidate}, for which no "
-                                             "earlier approval_requested asked"))
-        elif isinstance(ev, HarnessShipped | VariantForked):
-            cids = ev.candidates if isinstance(ev, HarnessShipped) else (ev.candidate,)
-            if need(entry, cids):
-                for c in cids:
-                    if c not in seen.passed:
-                        problems.append(Problem("input", f"{entry.label}: ships candidate {c}, which no earlier "
-                                                         "gate_judged passed"))
-                if ev.operations != tuple(op for c in cids for op in seen.operations[c]):
-                    problems.append(Problem("input", f"{entry.label}: its edits are not those of "
-                                                     f"{', '.join(cids)} as proposed (or revised) on the ledger"))
-    return verdicts, problems
+        if isinstance(ev, HeldoutScored) and ev.heldout_digest != ledger.opened.heldout_digest:
+            problems.append(Problem("decision", f"{entry.label}: scores held-out split {ev.heldout_digest[:19]}, not "
+                                                f"the run's frozen split {ledger.opened.heldout_digest[:19]}",
+                                    entry.position))
+    return consistent, problems
 
 
-async def check_trace(log: EventLog, run_id: str, entries: Sequence[LedgerEntry],
-                      verdicts: list[LedgerEntry]) -> tuple[list[LedgerEntry], int, int, list[Problem]]:
-    """(verdicts whose trace inputs exist, anchors resolved, trace rounds found, problems): reads only what is cited."""
-    roles = await round_roles(log, run_id)
-    resolver = AnchorResolver(log, run_id)
-    problems: list[Problem] = []
-    bad_candidates: set[str] = set()
-    bad_rounds: set[int] = set()  # evolution rounds whose digest cites a missing trace round
-    cited: set[int] = set()
-    anchors = 0
-    for entry in entries:
-        ev = entry.event
-        rounds: tuple[int, ...] = ()
-        if isinstance(ev, RoundDigested | GateJudged):
-            rounds = ev.trace_rounds
-        elif isinstance(ev, HeldoutScored):
-            rounds = (ev.trace_round,)
-        for r in rounds:
-            cited.add(r)
-            if r not in roles:
-                problems.append(Problem("input", f"{entry.label}: cites trace round {r}, which is not on "
-                                                 f"{TRACE.name} for run {run_id!r}"))
-                if isinstance(ev, RoundDigested):
-                    bad_rounds.add(ev.round)
-                elif isinstance(ev, GateJudged):
-                    bad_candidates.add(ev.candidate)
-        evidence = (ev.manifest.evidence if isinstance(ev, CandidateProposed | CandidateRevised) else
-                    tuple(a for d in ev.digests for a in d.evidence) if isinstance(ev, RoundDigested) else ())
-        for resolved in await resolver.resolve_all(evidence):
-            if resolved.resolved:
-                anchors += 1
-                continue
-            a = resolved.anchor
-            problems.append(Problem("input", f"{entry.label}: evidence anchor {a.seq}:{a.index} ({a.note or 'no note'})"
-                                             f" is unresolved: {resolved.problem}"))
-            if isinstance(ev, CandidateProposed | CandidateRevised):
-                bad_candidates.add(ev.candidate)
-    good = []
-    for entry in verdicts:
-        ev = entry.event
-        cids = {ev.candidate} if isinstance(ev, GateJudged) else set(ev.ranking) if isinstance(
-            ev, CriticJudged) else set()
-        rnd = getattr(ev, "round", None)
-        if not cids & bad_candidates and rnd not in bad_rounds:
-            good.append(entry)
-    return good, anchors, len(cited & set(roles)), problems
+def _check_ship(ledger: RunLedger, ship: ShipRecord, threshold: float, shipped: dict[str, int]) -> list[Problem]:
+    """Why a ship or fork is not the one its candidates' verdicts allow."""
+    ev, where = ship.event, f"event {ship.position} ({type(ship.event).TYPE})"
+    out: list[str] = []
+    inputs: list[str] = []
+    kind = "ship" if isinstance(ev, HarnessShipped) else "fork"
+    base = _base(ledger, ship)
+    operations: list[AnyEditOp] = []
+    for cid in ship.candidates:
+        cand = ledger.candidates[cid]
+        operations += cand.proposal.operations
+        gate = cand.gate
+        if cid in shipped:
+            out.append(f"ships {cid} again (it shipped at event {shipped[cid]})")
+        shipped.setdefault(cid, ship.position)
+        if gate is None or cand.gate_position > ship.position:
+            out.append(f"ships candidate {cid}, which no earlier gate_judged judged")
+            continue
+        if not gate.passed:
+            out.append(f"ships candidate {cid}, which the gate rejected at {gate.first_failure or '?'} "
+                       f"(event {cand.gate_position})")
+        elif gate.outcome != kind:
+            out.append(f"is a {kind} of {cid}, but the gate passed it for a {gate.outcome} (event "
+                       f"{cand.gate_position})")
+        elif isinstance(ev, VariantForked) and tuple(ev.clusters) != tuple(gate.clusters):
+            out.append(f"forks for clusters {', '.join(ev.clusters) or 'none'}, the gate passed "
+                       f"{', '.join(gate.clusters) or 'none'}")
+        asked = cand.request is not None or cand.proposal.risk > threshold
+        if asked and not (cand.answer is not None and cand.answer.approved and cand.answer_position < ship.position):
+            why = "was refused" if cand.answer is not None and not cand.answer.approved else "has no earlier approval"
+            out.append(f"ships candidate {cid} (risk {cand.proposal.risk:.2f}), which waits for a human and {why}")
+        if cand.proposal.variant != ship.on:
+            out.append(f"applies {cid} to {ship.on}; it was proposed on {cand.proposal.variant}")
+        elif base is not None and cand.proposal.base_digest != base.digest:
+            out.append(f"applies {cid} to {ship.on}'s harness {base.digest[:19]}; it was judged on "
+                       f"{cand.proposal.base_digest[:19]}")
+    if tuple(ev.operations) != tuple(operations):
+        inputs.append(f"its edits are not those of {', '.join(ship.candidates)} as proposed (or revised) on the "
+                      "ledger")
+    return [*(Problem("decision", f"{where}: {w}", ship.position) for w in out),
+            *(Problem("input", f"{where}: {w}", ship.position) for w in inputs)]

@@ -1,10 +1,11 @@
 """A run's edit ledger read back for people: its events with their places, and evidence anchors resolved.
 
-``read_ledger`` reads one run's ledger events straight off ``HX_LEDGER`` with the subject
-filter of the run's aggregate (``hx.ledger.evolution.events.<ledger id>.*``), so it costs
-the run's ledger and nothing else, and it does not check the chain as it reads: the
-auditor (``hx.replay.audit``) wants a broken chain to read back so it can name the break.
-``read_copy`` reads the same entries from a JSON-lines copy (``audit.jsonl`` from
+``read_ledger`` reads one run's ledger off ``HX_LEDGER`` with the subject filter of the run's
+aggregate (``streams.edit_ledger.ledger_filter``), so it costs the run's ledger and nothing
+else, and folds it (``projections.ledger.RunLedger``) without refusing what does not fold: the
+auditor (``hx.replay.audit``) wants a broken ledger read back so it can name the break. A
+message on the run's subject that this hx cannot decode is an ``AuditError``: it could not be
+checked. ``read_copy`` reads the same entries from a JSON-lines copy (``audit.jsonl`` from
 ``hx export``, or ``hx log dump --stream HX_LEDGER`` lines of one run).
 
 A listing resolves each candidate's evidence anchors with ``hx.replay.anchors``.
@@ -18,9 +19,9 @@ from pathlib import Path
 
 import msgspec
 
-from hx.aegis.ledger import APP_NAME, ledger_id
-from hx.aegis.operations import describe
+from hx.harness.edits import describe
 from hx.replay.anchors import AnchorResolver, ResolvedAnchor, anchors_of
+from projections.ledger import LedgerEntry, RunLedger, read_run_ledger
 from schemas.errors import HxError
 from schemas.event import event_type
 from schemas.ledger import (
@@ -47,54 +48,28 @@ AUDITED = (ModelChanged, CandidateProposed, CandidateRevised, CriticJudged, Appr
            GateJudged, HarnessShipped, VariantForked, VariantRetired)
 """The ledger events ``hx ledger`` lists: the model verdicts are made under, candidates, verdicts, approvals,
 ships and what changed the pool."""
+UNREADABLE = "cannot be decoded by this hx"
+"""What a fault says of a message this hx cannot decode (another schema version): a reason not to check at all."""
 
 
 class AuditError(HxError):
     """A ledger or trace position that an audit command was asked about does not exist or cannot be read."""
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One ledger event of a run with its place: its position in the run's ledger and its stream sequence."""
+async def read_ledger(log: EventLog, run_id: str) -> RunLedger:
+    """The run's ledger, folded as it is (faults kept, chain unchecked); ``AuditError`` when the run has none.
 
-    position: int
-    """1 for the run's ``ledger.opened``; the aggregate version its subject names."""
-    seq: int
-    """The ``HX_LEDGER`` message sequence (0 when read from a file)."""
-    event: LedgerEvent
-
-    @property
-    def type(self) -> str:
-        """The event's type name."""
-        return type(self.event).TYPE
-
-    @property
-    def label(self) -> str:
-        """``event 17 (ledger.gate_judged)``: how problems and listings name it."""
-        return f"event {self.position} ({self.type})"
-
-
-def ledger_filter(run_id: str) -> str:
-    """The subject filter of one run's ledger events on ``HX_LEDGER``."""
-    return StreamLayout.on_ledger(APP_NAME).aggregate_filter(ledger_id(run_id))
-
-
-async def read_ledger(log: EventLog, run_id: str) -> list[LedgerEntry]:
-    """The run's ledger events in stream order, chain unchecked; ``AuditError`` when the run has none."""
-    entries: list[LedgerEntry] = []
-    skipped = log.quarantine.count
-    async for record in log.read(LEDGER.name, subjects=[ledger_filter(run_id)]):
-        if isinstance(record.event, LedgerEvent):
-            _, version = StreamLayout.parse_event_subject(record.subject)
-            entries.append(LedgerEntry(version, record.seq, record.event))
-    if log.quarantine.count > skipped:
-        # An event this hx cannot decode (another schema version) must not pass for a dropped one.
-        bad = log.quarantine.records[-1]
-        raise AuditError(f"the ledger of run {run_id!r} holds an event this hx cannot read (message {bad.seq}, "
-                         f"{bad.type or 'no type'}): {bad.reason}")
-    if not entries:
+    A message this hx cannot decode (another schema version) must not pass for a dropped event:
+    that too is an ``AuditError``.
+    """
+    ledger = await read_run_ledger(log, run_id)
+    if ledger is None:
         raise AuditError(f"run {run_id!r} has no ledger (no evolution run of that id is on {LEDGER.name})")
-    return entries
+    unread = next((f for f in ledger.faults if UNREADABLE in f.text), None)
+    if unread is not None:
+        raise AuditError(f"the ledger of run {run_id!r} holds an event this hx cannot read (message {unread.seq}, "
+                         f"{unread.type}): {unread.text}")
+    return ledger
 
 
 class _Line(msgspec.Struct):
@@ -112,9 +87,12 @@ class _Line(msgspec.Struct):
 def read_copy(path: Path, run_id: str | None = None) -> tuple[list[LedgerEntry], list[str | None], bool]:
     """(entries, recorded digests, whether positions were recorded) of a JSON-lines ledger copy (of ``run_id``)."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise AuditError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise AuditError(f"{path} is not a ledger copy: byte {exc.start} is not UTF-8 text (a JSON-lines "
+                         "audit.jsonl or hx log dump output is)") from None
     entries: list[LedgerEntry] = []
     digests: list[str | None] = []
     positioned = True
@@ -127,7 +105,7 @@ def read_copy(path: Path, run_id: str | None = None) -> tuple[list[LedgerEntry],
             cls = event_type(line.type)
             if not issubclass(cls, LedgerEvent):
                 continue  # a dump of the whole stream also holds integrity records
-            if line.version is not None and line.version != cls.VERSION:
+            if line.version is not None and line.version != cls.VERSION and line.version not in cls.READS:
                 raise AuditError(f"schema version {line.version}; this hx reads {cls.VERSION}")
             event = msgspec.json.decode(line.event, type=cls)
         except (msgspec.DecodeError, HxError) as exc:
@@ -282,26 +260,25 @@ class LedgerListing:
     decisions: dict[int, RoundDecided]
     fetched: int
     """Trace messages fetched to resolve the anchors."""
+    ledger: RunLedger
+    """The fold it was listed from (its faults are what does not make sense on the ledger)."""
 
 
 async def listing(log: EventLog, run_id: str, round: int | None = None) -> LedgerListing:
     """Every candidate, verdict, approval and ship of a run (or of one round), anchors resolved."""
-    entries = await read_ledger(log, run_id)
-    known = rounds_of(entries)
+    ledger = await read_ledger(log, run_id)
+    known = rounds_of(ledger.entries)
     if round is not None and round not in known:
         have = f"rounds {known[0]}..{known[-1]}" if known else "no round yet"
         raise AuditError(f"run {run_id!r} has no round {round} on its ledger ({have})")
-    proposed_in = {e.event.candidate: e.event.round for e in entries if isinstance(e.event, CandidateProposed)}
     resolver = AnchorResolver(log, run_id)
     rows: list[LedgerRow] = []
-    decisions: dict[int, RoundDecided] = {}
-    for entry in entries:
+    for entry in ledger.entries:
         ev = entry.event
-        rnd = round_of(ev) if not isinstance(ev, ApprovalGiven) else proposed_in.get(ev.candidate)
-        if rnd is None or (round is not None and rnd != round):
+        cand = ledger.candidates.get(ev.candidate) if isinstance(ev, ApprovalGiven) else None
+        rnd = cand.proposal.round if cand is not None else round_of(ev)
+        if rnd is None or (round is not None and rnd != round) or not isinstance(ev, AUDITED):
             continue
-        if isinstance(ev, RoundDecided):
-            decisions[rnd] = ev
-        elif isinstance(ev, AUDITED):
-            rows.append(LedgerRow(rnd, entry, tuple(await resolver.resolve_all(anchors_of(ev)))))
-    return LedgerListing(run_id, len(entries), tuple(rows), decisions, resolver.fetched)
+        rows.append(LedgerRow(rnd, entry, tuple(await resolver.resolve_all(anchors_of(ev)))))
+    decisions = {n: d for n, d in ledger.decisions.items() if round is None or n == round}
+    return LedgerListing(run_id, len(ledger.entries), tuple(rows), decisions, resolver.fetched, ledger)

@@ -10,15 +10,15 @@ or a fork against part of the log would prove nothing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hx.bench.splits import round_roles
+from projections.ledger import RunLedger
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.history import HistoryGap, resolve_async
-from schemas.ledger import LedgerOpened
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundStarted, RunStarted
 from schemas.model import ModelResponse
 from streams.log import EventLog
@@ -110,16 +110,16 @@ class LoggedRound:
         """The digest of the harness the round ran."""
         return self.started.harness_digest
 
-    def setting(self, name: str, ledger: Sequence[Any] = ()) -> Any:
+    def setting(self, name: str, ledger: RunLedger | None = None) -> Any:
         """A rollout setting as the run recorded it (``run.started``, else the ledger's opening), or None."""
         if self.run is not None and name in self.run.config:
             return self.run.config[name]
-        opened = next((r for r in ledger if isinstance(r, LedgerOpened)), None)
+        opened = ledger.opened if ledger is not None else None
         return opened.settings.get(name) if opened is not None else None
 
-    def max_steps(self, ledger: Sequence[Any] | None) -> int:
+    def max_steps(self, ledger: RunLedger | None) -> int:
         """The run's step cap."""
-        return int(self.setting("max_steps", ledger or ()) or DEFAULT_MAX_STEPS)
+        return int(self.setting("max_steps", ledger) or DEFAULT_MAX_STEPS)
 
 
 async def round_header(log: EventLog, run_id: str, round: int) -> LoggedRound:

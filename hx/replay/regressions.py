@@ -19,16 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hx.aegis.export_fold import RunFold, ShipEvent
-from hx.aegis.export_rounds import carried
-from hx.aegis.operations import describe
-from hx.aegis.planner import regressions as planned_regressions
-from hx.aegis.state import Candidate, RunState
-from hx.replay.timetravel import RunMarks, TimeTravelError, read_decoded, run_marks
+from hx.harness.edits import describe
+from hx.replay.timetravel import RunMarks, run_marks
+from hx.replay.trace_rounds import TimeTravelError, read_decoded
+from projections.ledger import CandidateRecord, RunLedger, ShipEvent
 from schemas.edits import Anchor
 from schemas.landscape import TaskDigest
 from schemas.learn import PolicyGated, PolicyUpdated
-from schemas.ledger import LedgerEvent
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.model import ModelResponse
 from streams.log import EventLog
@@ -58,7 +55,7 @@ class ShipBetween:
     """A ship (or fork) recorded between the two rounds: what it changed and what it promised."""
 
     event: ShipEvent
-    candidates: list[Candidate]
+    candidates: list[CandidateRecord]
 
     @property
     def operations(self) -> list[str]:
@@ -105,13 +102,14 @@ class RoundRegressions:
     """The policy gate's verdicts on those updates (``hx coevolve --policy-gate``)."""
 
 
-def ledger_state(marks: RunMarks) -> tuple[list[LedgerEvent], RunState]:
-    """The run's ledger events and the loop's ``RunState`` folded from them."""
-    events = [r.event for r in marks.ledger if isinstance(r.event, LedgerEvent)]
-    return events, RunState.of(events)
+def ledger_of(marks: RunMarks) -> RunLedger:
+    """The run's ledger fold (a plain run has none: a ``TimeTravelError``)."""
+    if marks.fold is None:
+        raise TimeTravelError(f"run {marks.run!r} has no ledger: it is not an evolution run")
+    return marks.fold
 
 
-def check_pair(marks: RunMarks, state: RunState, round: int) -> None:
+def check_pair(marks: RunMarks, state: RunLedger, round: int) -> None:
     """Raise ``TimeTravelError`` unless rounds ``round - 1`` and ``round`` were both digested."""
     known = sorted(state.digests)
     if round not in state.digests:
@@ -179,11 +177,11 @@ async def round_regressions(log: EventLog, run: str, round: int) -> RoundRegress
     marks = await run_marks(log, run)
     if not marks.evolution:
         raise TimeTravelError(f"run {run!r} has no ledger: regressions are read from an evolution run's rounds")
-    events, state = ledger_state(marks)
+    state = ledger_of(marks)
     check_pair(marks, state, round)
     after = {d.task: d for d in state.digests[round]}
     before = {d.task: d for d in state.digests[round - 1]}
-    found = planned_regressions(state, round, state.digests[round])
+    found = state.regressions(round, state.digests[round])
     lost = {r.task for r in found}
     fell = [d for d in state.digests[round] if d.task in before and d.task not in lost and d.solved
             and worsened(before[d.task], d)]
@@ -192,9 +190,9 @@ async def round_regressions(log: EventLog, run: str, round: int) -> RoundRegress
     trace_after = [t.number for t in marks.main_rounds(round)]
     attempts_before = await attempts_of(log, run, trace_before, names)
     attempts_after = await attempts_of(log, run, trace_after, names)
-    fold = RunFold.of(events)
-    ships = [ShipBetween(s, [state.candidates[c] for c in carried(s) if c in state.candidates])
-             for s in fold.round(round).between]
+    between = state.rounds[round].between if round in state.rounds else []
+    ships = [ShipBetween(s.event, [state.candidates[c] for c in s.candidates if c in state.candidates])
+             for s in between]
     regs = [Regression(r.task, r.variant, before[r.task], after[r.task], attempts_before[r.task],
                        attempts_after[r.task], r.suspects) for r in found]
     # the planner's suspects, for a task the planner does not count: ships to its variant in round N-1

@@ -27,26 +27,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hx.aegis.code import CodeStore
-from hx.aegis.ledger import read_records
-from hx.aegis.operations import apply
-from hx.aegis.session import restore_plugins
 from hx.bench.registry import Benchmark, BenchmarkError, TaskId, benchmark
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harnesses import families, starter_harness
+from hx.replay.audit import refused, verify_ledger
 from hx.replay.compare import Aliases, Divergence, compare_attempt
 from hx.replay.logged import LoggedRound, ReplayError, describe_round, logged_attempts, model_specs, round_header
 from hx.replay.recorded import FedTask, RecordedTask, Recording
 from hx.runtime.cancel import cancel_all
+from hx.runtime.code import CodeStore, restore_plugins
 from hx.runtime.loop import RunLoop
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task
 from hx.runtime.tracer import TraceWriter
+from projections.ledger import HarnessVersion, RunLedger, read_run_ledger
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.event import Event
-from schemas.ledger import CandidateProposed, CandidateRevised, HarnessShipped, LedgerOpened, VariantForked
 from streams.connection import Connection
 from streams.topology import trace_subject
 
@@ -61,53 +60,46 @@ class HarnessMissing(ReplayError):
 # --- the harness of a round -----------------------------------------------------------------
 
 
-def harness_on_ledger(records: Sequence[Any], digest: str, *, candidate: str = "",
+def _made(variant: str, version: HarnessVersion) -> str:
+    """How a listing names a harness version: ``variant v1, shipped in round 2``."""
+    if version.kind == "opened":
+        return f"variant {variant}, initial"
+    return f"variant {variant}, {'shipped' if version.kind == 'ship' else 'forked'} in round {version.round}"
+
+
+def harness_on_ledger(ledger: RunLedger, digest: str, *, candidate: str = "",
                       variant: str = "") -> tuple[HarnessConfig, str] | None:
-    """The harness of ``digest`` among a run's ledger records (a variant's version or a candidate's build).
+    """The harness of ``digest`` on a run's ledger (a variant's version or a candidate's build).
 
     Several ledger entries can build the same harness (two candidates with the same edits, a
     candidate equal to a shipped version): the round's own ``candidate`` and ``variant``, when
     given, pick the entry that names it, so the label says what the round ran.
     """
-    versions: list[tuple[str, str, HarnessConfig, str]] = []  # (digest, variant, harness, label)
-    for r in records:
-        if isinstance(r, LedgerOpened):
-            versions.append((r.digest, r.variant, HarnessConfig.from_dict(r.harness), f"variant {r.variant}, initial"))
-        elif isinstance(r, HarnessShipped):
-            versions.append((r.digest_after, r.variant, HarnessConfig.from_dict(r.harness),
-                             f"variant {r.variant}, shipped in round {r.round}"))
-        elif isinstance(r, VariantForked):
-            versions.append((r.digest, r.variant, HarnessConfig.from_dict(r.harness),
-                             f"variant {r.variant}, forked in round {r.round}"))
-    known: dict[str, tuple[HarnessConfig, str]] = {}
-    for d, _, config, label in versions:
-        known.setdefault(d, (config, label))
+    versions = [(name, v, _made(name, v)) for name, v in ledger.versions()]
+    known: dict[str, tuple[dict[str, Any], str]] = {}
+    for _, v, label in versions:
+        known.setdefault(v.digest, (v.harness, label))
 
     def candidate_build(only: str) -> tuple[HarnessConfig, str] | None:
-        proposals = {r.candidate: r for r in records if isinstance(r, CandidateProposed)}
-        for r in records:
-            if (not isinstance(r, CandidateProposed | CandidateRevised) or r.digest != digest
-                    or (only and r.candidate != only)):
-                continue
-            proposal = proposals.get(r.candidate)
-            base = known.get(proposal.base_digest) if proposal is not None else None
-            if base is None:
+        for cand in ledger.candidates.values():
+            builds = [p for p in (cand.first, cand.proposal) if p.digest == digest]
+            base = known.get(cand.first.base_digest)
+            if not builds or (only and cand.id != only) or base is None:
                 continue
             try:
-                built = apply(base[0], r.operations)
+                built = apply(HarnessConfig.from_dict(base[0]), builds[-1].operations)
             except CompositionError:
                 continue
             if built.digest == digest:
-                return built, f"candidate {r.candidate} of round {r.round} on {base[1]}"
+                return built, f"candidate {cand.id} of round {cand.first.round} on {base[1]}"
         return None
 
     if candidate and (own := candidate_build(candidate)) is not None:
         return own
-    mine = [(config, label) for d, v, config, label in versions if d == digest and v == variant]
-    if variant and mine:
-        return mine[0]
-    if digest in known:
-        return known[digest]
+    mine = [(v.harness, label) for name, v, label in versions if v.digest == digest and name == variant]
+    found = mine[0] if variant and mine else known.get(digest)
+    if found is not None:
+        return HarnessConfig.from_dict(found[0]), found[1]
     return candidate_build("")
 
 
@@ -125,7 +117,18 @@ def harness_of_source(source: str) -> HarnessConfig | None:
     return None
 
 
-async def round_harness(conn: Connection, logged: LoggedRound, ledger: Sequence[Any] | None,
+async def run_ledger(conn: Connection, run_id: str, plugin_dir: Path | None = None) -> RunLedger | None:
+    """The run's ledger fold, verified on the ledger alone (``LedgerRefused`` when it does not); None: a plain run.
+
+    The code of new processors its harnesses name is restored to ``plugin_dir`` first.
+    """
+    read = await read_run_ledger(conn.log, run_id)
+    if read is None:
+        return None
+    return refused(await verify_ledger(conn.log, read, plugin_dir, trace=False), run_id)
+
+
+async def round_harness(conn: Connection, logged: LoggedRound, ledger: RunLedger | None,
                         plugin_dir: Path | None = None) -> tuple[HarnessConfig, str]:
     """The harness the round ran and where it was found; ``HarnessMissing`` when it cannot be rebuilt."""
     digest = logged.harness_digest
@@ -250,7 +253,7 @@ async def replay_round(conn: Connection, run_id: str, round: int, *, task: str |
     if env not in ENVS:
         raise ReplayError(f"env {env!r} is not one of {', '.join(ENVS)}")
     header = await round_header(conn.log, run_id, round)
-    ledger = await read_records(conn, run_id)
+    ledger = await run_ledger(conn, run_id, plugin_dir)
     if harness is None:
         config, note = await round_harness(conn, header, ledger, plugin_dir)
         digests: dict[str, str] = {}

@@ -14,30 +14,23 @@ hx's own: the rounds of a run on the log, a round -> position mapping, and the `
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import aclosing
 from dataclasses import dataclass
 
 from nats.js.errors import NotFoundError
 
-from hx.aegis.ledger import APP_NAME, ledger_id
-from hx.aegis.session import EvolutionReport, report
-from projections.harness_state import HarnessState, HarnessVersion, RunHarnesses
+from hx.replay.audit import refused, verify_ledger
+from hx.replay.scoreboard import EvolutionReport, report
+from hx.replay.trace_rounds import TimeTravelError, TraceRound, read_decoded, trace_marks
+from projections.ledger import HarnessVersion, LedgerEntry, RunLedger, read_run_ledger
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
-from schemas.envelope import HX_TIME, Record
-from schemas.errors import HxError
+from schemas.envelope import HX_TIME
 from schemas.ledger import RoundDecided
-from schemas.lifecycle import AttemptFinished, RoundFinished, RoundStarted
-from streams.es_layout import StreamLayout
+from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
-from streams.topology import LEDGER, NO_TOKEN, TRACE, subject_token, trace_filter
+from streams.topology import LEDGER, TRACE, trace_filter
 
 _AS_OF = re.compile(r"(?:[rR](?P<round>\d+)|(?P<seq>\d+))")
-
-
-class TimeTravelError(HxError):
-    """A position, round, run or task that time travel cannot find on the log."""
 
 
 @dataclass(frozen=True)
@@ -68,71 +61,30 @@ def parse_as_of(text: str) -> AsOf:
     return AsOf(seq=seq)
 
 
-async def read_decoded(log: EventLog, stream: str, subjects: Sequence[str], types: Iterable[str] = (), *,
-                       what: str) -> AsyncIterator[Record]:
-    """``log.read`` that fails on a message this hx cannot decode (another schema version) instead of skipping it.
-
-    ``EventLog`` quarantines such a message and reads on; time travel must not present a
-    partial log as the whole (a diff of "identical" steps, no regression), so ``what`` (the
-    thing being read) is named in a ``TimeTravelError`` with the message's subject and sequence.
-    """
-    skipped = log.quarantine.count
-    async with aclosing(log.read(stream, subjects=subjects, types=types)) as records:
-        async for r in records:
-            if log.quarantine.count > skipped:
-                break
-            yield r
-    if log.quarantine.count > skipped:
-        bad = log.quarantine.records[-1]
-        raise TimeTravelError(f"{what}: this hx cannot decode {bad.stream} message {bad.seq} on {bad.subject} "
-                              f"({bad.type or 'no type'}: {bad.reason}); it would read part of the log")
-
-
 # --- a run's rounds on the log ----------------------------------------------------------------
-
-
-def ledger_filter(run: str) -> str:
-    """The subject filter of one run's ledger events on ``HX_LEDGER``."""
-    return StreamLayout.on_ledger(APP_NAME).aggregate_filter(ledger_id(run))
-
-
-def round_level_filter(run: str) -> str:
-    """The subject filter of one run's round-level trace events (no attempt frame is opened)."""
-    return f"hx.trace.{subject_token(run)}.*.{NO_TOKEN}.{NO_TOKEN}"
-
-
-@dataclass
-class TraceRound:
-    """One trace round of a run: why it ran and where it ended on the trace."""
-
-    started: RoundStarted
-    start_seq: int
-    time_ns: int
-    end_seq: int = 0
-    """The sequence of its ``RoundFinished`` (0: not finished)."""
-
-    @property
-    def number(self) -> int:
-        """The trace round."""
-        return self.started.round
 
 
 @dataclass
 class RunMarks:
-    """A run's landmarks: its ledger records (with positions) and its trace rounds."""
+    """A run's landmarks: its ledger's fold (an evolution run's; verified) and its trace rounds."""
 
     run: str
-    ledger: list[Record]
+    fold: RunLedger | None
     trace: dict[int, TraceRound]
 
     @property
     def evolution(self) -> bool:
         """True for a run with an edit ledger (``hx evolve``/``hx coevolve``)."""
-        return bool(self.ledger)
+        return self.fold is not None
 
-    def decided(self) -> dict[int, Record]:
-        """Evolution round -> its ``RoundDecided`` record."""
-        return {r.event.round: r for r in self.ledger if isinstance(r.event, RoundDecided)}
+    @property
+    def ledger(self) -> list[LedgerEntry]:
+        """The run's ledger events with their places (none for a plain run)."""
+        return self.fold.entries if self.fold is not None else []
+
+    def decided(self) -> dict[int, LedgerEntry]:
+        """Evolution round -> the entry of its ``RoundDecided``."""
+        return {e.event.round: e for e in self.ledger if isinstance(e.event, RoundDecided)}
 
     def rounds(self) -> list[int]:
         """The run's rounds: decided evolution rounds, or the trace rounds of a plain run."""
@@ -172,19 +124,14 @@ class RunMarks:
 
 
 async def run_marks(log: EventLog, run: str) -> RunMarks:
-    """Read a run's ledger and its round-level trace events (two subject-filtered reads)."""
-    ledger = [r async for r in read_decoded(log, LEDGER.name, [ledger_filter(run)], what=f"the ledger of run {run!r}")]
-    trace: dict[int, TraceRound] = {}
-    async for r in read_decoded(log, TRACE.name, [round_level_filter(run)], [RoundStarted.TYPE, RoundFinished.TYPE],
-                                what=f"the trace of run {run!r}"):
-        ev = r.event
-        if isinstance(ev, RoundStarted) and ev.round not in trace:
-            trace[ev.round] = TraceRound(ev, r.seq, r.time_ns)
-        elif isinstance(ev, RoundFinished) and ev.round in trace:
-            trace[ev.round].end_seq = r.seq
-    if not ledger and not trace:
+    """Read a run's ledger (verified on the ledger alone: ``LedgerRefused`` names what is wrong) and its
+    round-level trace events (subject-filtered reads)."""
+    read = await read_run_ledger(log, run)
+    fold = refused(await verify_ledger(log, read, trace=False), run) if read is not None else None
+    trace = await trace_marks(log, run)
+    if fold is None and not trace:
         raise TimeTravelError(f"run {run!r} is not on the log")
-    return RunMarks(run, ledger, trace)
+    return RunMarks(run, fold, trace)
 
 
 async def time_of(log: EventLog, stream: str, seq: int) -> int:
@@ -237,7 +184,7 @@ class RunAt:
 
 
 async def run_at(log: EventLog, run: str, as_of: AsOf) -> RunAt:
-    """Fold the run's ledger (``HarnessState`` and the loop's own ``RunState``) and trace verdicts up to ``as_of``.
+    """Fold the run's ledger (its one fold, ``projections.ledger``) and trace verdicts up to ``as_of``.
 
     A round cuts at its ``RoundDecided``; a bare sequence is a position on ``HX_LEDGER``. The
     trace is cut at the same moment (the append time of the ledger event): attempts that
@@ -248,16 +195,14 @@ async def run_at(log: EventLog, run: str, as_of: AsOf) -> RunAt:
         raise TimeTravelError(f"run {run!r} has no ledger: hx state reads evolution runs (hx evolve, hx coevolve)")
     cut = marks.position(as_of, LEDGER.name)
     cut_time = await time_of(log, LEDGER.name, cut)
-    records = [r for r in marks.ledger if r.seq <= cut]
+    records = [e for e in marks.ledger if e.seq <= cut]
     if not records:
         raise TimeTravelError(f"run {run!r} has no ledger event at or before position {cut} "
                               f"(its first is at {marks.ledger[0].seq})")
-    harness: ProjectionRunner[dict[str, RunHarnesses]] = ProjectionRunner(log, HarnessState())
-    for r in records:
-        harness.apply(r)
-    mine = harness.state[run]
-    events = [r.event for r in records]
-    board = report(events, {})
+    mine = RunLedger()
+    for e in records:
+        mine.fold(e.event, e.position, e.seq)
+    board = report(mine, {})
     decided = [r.round for r in board.rounds]
     last = max(decided) if decided else None
     history: ProjectionRunner[dict[str, TaskRound]] = ProjectionRunner(log, TaskHistory())
@@ -273,7 +218,7 @@ async def run_at(log: EventLog, run: str, as_of: AsOf) -> RunAt:
         stage = mains.get(tr.round)
         if stage is not None:
             tasks.setdefault(tr.task, TaskAt(tr.task, {})).rounds[stage] = tr
-    opened = events[0]
-    k = int(getattr(opened, "settings", {}).get("attempts", 2) or 2)
+    assert mine.opened is not None
+    k = int(mine.opened.settings.get("attempts", 2) or 2)
     return RunAt(run, as_of, cut, last, mine.active(), mine.as_of(last) if last is not None else {},
                  sorted(tasks.values(), key=lambda t: t.task), board, k)

@@ -1,7 +1,7 @@
 """What a run's report shows, folded from its log: the export fold of its ledger and its learner's records.
 
 ``ReportData.of(records, learner)`` reuses the fold behind ``hx export`` (``RunFold``, its
-``curves``) and the run report of ``hx evolve`` (``session.report``), and reduces them to
+``curves``) and the run report of ``hx evolve`` (``hx.replay.scoreboard.report``), and reduces them to
 the figures' series: one ``RoundFigures`` per round, the held-out evaluations in ledger
 order, and the learner's passes. It reads no clock and no memory: the same log gives the
 same data.
@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hx.aegis.export import curves
-from hx.aegis.export_fold import RoundRecords, RunFold
-from hx.aegis.export_rounds import carried
-from hx.aegis.session import EvolutionReport, report
+from hx.aegis.export_fold import RunFold
+from hx.replay.scoreboard import EvolutionReport, report
+from projections.ledger import RoundRecords
 from schemas.edits import BUCKETS
 from schemas.errors import HxError
 from schemas.event import Event
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import HarnessShipped, HeldoutScored, LedgerEvent, VariantForked
+from schemas.ledger import HeldoutScored, LedgerEvent
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
 
@@ -83,7 +83,7 @@ class ReportData:
         """Fold a run's ledger records and its learner records (``ExportError`` if the ledger does not fold)."""
         fold = RunFold.of(records)
         settings = fold.opened.settings
-        summary = report(records, {})
+        summary = report(fold.ledger, {})
         updates = [r for r in learner if isinstance(r, PolicyUpdated | UpdateSkipped)]
         gates = [r for r in learner if isinstance(r, PolicyGated)]
         if updates:  # the report folds the ledger only; the learner's passes come from HX_LEARN
@@ -112,7 +112,7 @@ def round_figures(fold: RunFold, rnd: RoundRecords, curve: dict[str, Any]) -> Ro
     digests = rnd.digested.digests if rnd.digested else ()
     tasks: Counter[str] = Counter(d.variant for d in digests)
     solved: Counter[str] = Counter(d.variant for d in digests if d.solved)
-    shipped_ids = {c for s in rnd.ships for c in carried(s)}
+    shipped_ids = {c for s in rnd.ships for c in s.candidates}
     proposed: Counter[str] = Counter()
     passed: Counter[str] = Counter()
     shipped: Counter[str] = Counter()
@@ -130,9 +130,9 @@ def round_figures(fold: RunFold, rnd: RoundRecords, curve: dict[str, Any]) -> Ro
         lever_mix={b: (metrics.lever_mix.get(b, 0) if metrics else 0) for b in BUCKETS},
         proposed={b: proposed[b] for b in BUCKETS}, passed={b: passed[b] for b in BUCKETS},
         shipped={b: shipped[b] for b in BUCKETS},
-        ships=sum(isinstance(s, HarnessShipped) for s in rnd.ships),
-        forks=sum(isinstance(s, VariantForked) for s in rnd.ships), retirements=len(rnd.retired),
-        regressions=int(curve["regressions"] or 0), shipped_names=tuple(c for s in rnd.ships for c in carried(s)))
+        ships=sum(s.kind == "ship" for s in rnd.ships),
+        forks=sum(s.kind == "fork" for s in rnd.ships), retirements=len(rnd.retired),
+        regressions=int(curve["regressions"] or 0), shipped_names=tuple(c for s in rnd.ships for c in s.candidates))
 
 
 def current_policy(learner: Sequence[Event]) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
+from projections.ledger import RunLedger
 from schemas.edits import CodeAsset
 from schemas.errors import HxError
 from streams.log import EventLog
@@ -195,3 +196,14 @@ class CodeStore:
         if entry not in sys.path:
             sys.path.append(entry)  # appended: a plugin module never shadows an installed one
         importlib.invalidate_caches()  # the directory listing may be cached from before a module was written
+
+
+async def restore_plugins(store: CodeStore, ledger: RunLedger) -> None:
+    """Write back the code of every candidate that passed the gate, so the harnesses naming it build here."""
+    if not any(c.proposal.code for c in ledger.candidates.values()):
+        return  # no new processor code on this ledger: nothing to put on the path
+    store.activate()
+    for cand in ledger.candidates.values():
+        if cand.gate is not None and cand.gate.passed:
+            for asset in cand.proposal.code:
+                await store.materialize(asset)

@@ -10,11 +10,11 @@ hx.aegis.evolvers.base.EvolverError: unknown evolver 'x'; known: frozen, llm, of
 
 from __future__ import annotations
 
-from hx.aegis.code import CodeStore
 from hx.aegis.evolvers.base import Evolver, EvolverError, FrozenEvolver
 from hx.aegis.evolvers.llm import LlmEvolver
 from hx.aegis.evolvers.offline import OfflineEvolver
 from hx.aegis.meta import MetaAgent
+from hx.runtime.code import CodeStore
 
 EVOLVERS: tuple[str, ...] = ("offline", "llm", "frozen")
 """The evolver names ``make_evolver`` knows."""

@@ -29,11 +29,11 @@ import msgspec
 
 from hx.aegis import levers
 from hx.aegis.evolvers.base import MAX_EVIDENCE, Context, Evolver, Proposal, evidence_for, standing
-from hx.aegis.operations import apply
-from hx.aegis.state import lever_of
 from hx.harness.config import Attachment, HarnessConfig
+from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harness.processor import Processor, processor_type
+from projections.ledger import lever_of
 from schemas.edits import Attach, Manifest, Remove, Reparam
 from schemas.landscape import TaskDigest
 

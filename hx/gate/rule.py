@@ -1,0 +1,160 @@
+"""The gate's rule, pure: its checks in order, first failure wins, and the seesaw over a candidate's fresh attempts.
+
+AEGIS's gate (``hx.aegis.gate``) runs the checks, and the trials they need, and decides with
+this rule; the audit (``hx.replay.audit``) decides again with the same rule from what the
+ledger and the trace recorded, and names any verdict that does not follow from it.
+
+1. ``manifest``, 2. ``config``, 3. ``smoke``, 4. ``leakage``, 5. ``counterfactual`` (see
+   ``hx.aegis.gate``), then
+6. ``seesaw`` (k-aware, per variant): the candidate runs the variant's solved tasks and its
+   predicted flips with the seeds of the variant's own rollout (``k`` paired attempts each).
+   A solved task that fails all ``k`` is retried on fresh seeds, up to ``2k`` times, stopping at
+   the first pass: it *regresses* only if it fails them all. No solved task may regress, and the
+   tasks lost on the paired seeds may not outnumber those gained.
+7. ``effect``: at least one predicted flip passes.
+
+A candidate that fails only the seesaw yet, in some clusters, gains at least ``FORK_MARGIN``
+more tasks than it loses and regresses none becomes a variant of its own under the ensemble
+strategy (``fork``); otherwise the first failing check rejects it.
+
+>>> v = seesaw(Verdict(), Fresh(solved={"b:g:dev:1": Tries(2, 2)}, flips={"b:g:dev:2": Tries(2, 1)}), allow_fork=True)
+>>> v.outcome, v.first_failure, [c.name for c in v.checks]
+('ship', '', ['seesaw', 'effect'])
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hx.bench.results import game_of
+from schemas.ledger import GateCheck, GateJudged, TaskFlip
+
+Outcome = Literal["ship", "fork", "reject"]
+CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
+FORK_MARGIN = 2
+"""A fork must gain at least this many more tasks than it loses in a cluster it takes over."""
+
+
+def cluster_of(task_id: str) -> str:
+    """The cluster a task is routed by: its game, as the reports group it (``benchmark:game``)."""
+    return game_of(task_id)
+
+
+@dataclass(frozen=True)
+class Tries:
+    """Fresh attempts of one task: how many ran, how many passed."""
+
+    attempts: int
+    passes: int
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """The candidate's attempts: on the variant's solved tasks and predicted flips, and the retries of losses."""
+
+    solved: dict[str, Tries]
+    """Solved tasks, with the seeds of the variant's own rollout (paired)."""
+    flips: dict[str, Tries]
+    """Predicted flips, with the same seeds."""
+    retries: dict[str, Tries] = field(default_factory=dict)
+    """Solved tasks that failed every paired attempt, retried on fresh seeds (stopping at the first pass)."""
+    trace_rounds: tuple[int, ...] = ()
+
+
+@dataclass
+class Verdict:
+    """The gate's verdict on one candidate."""
+
+    checks: list[GateCheck] = field(default_factory=list)
+    flips: list[TaskFlip] = field(default_factory=list)
+    outcome: Outcome = "reject"
+    clusters: tuple[str, ...] = ()
+    """For a fork: the clusters the new variant serves."""
+    trace_rounds: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, judged: GateJudged) -> Verdict:
+        """The verdict a ``GateJudged`` recorded (a resumed round, an approval answered later)."""
+        return cls(list(judged.checks), list(judged.flips), judged.outcome, judged.clusters, judged.trace_rounds)
+
+    @property
+    def passed(self) -> bool:
+        """True when the candidate ships or forks."""
+        return self.outcome != "reject"
+
+    @property
+    def first_failure(self) -> str:
+        """The name of the first failing check ("" when all passed)."""
+        return next((c.name for c in self.checks if not c.passed), "")
+
+    def add(self, name: str, passed: bool, detail: str = "") -> bool:
+        """Record a check; return whether it passed."""
+        self.checks.append(GateCheck(name=name, passed=passed, detail=detail))
+        return passed
+
+
+def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool) -> Verdict:
+    """The ``seesaw`` and ``effect`` checks (or a fork) from the candidate's fresh attempts: pure, no rollout."""
+    lost = sorted(t for t, tries in fresh.solved.items() if tries.passes == 0)
+    regressed = [t for t in lost if fresh.retries.get(t, Tries(0, 0)).passes == 0]
+    won = sorted(t for t, tries in fresh.flips.items() if tries.passes > 0)
+    for t, tries in sorted(fresh.solved.items()):
+        more = fresh.retries.get(t, Tries(0, 0))
+        v.flips.append(TaskFlip(task=t, before=True, after=tries.passes + more.passes > 0,
+                                attempts=tries.attempts + more.attempts, passes=tries.passes + more.passes))
+    v.flips += [TaskFlip(task=t, before=False, after=tries.passes > 0, attempts=tries.attempts, passes=tries.passes)
+                for t, tries in sorted(fresh.flips.items())]
+    holds = not regressed and len(won) >= len(lost)
+    detail = (f"{len(regressed)} solved task(s) failed every paired attempt and every retry, e.g. {regressed[0]!r}"
+              if regressed else f"{len(lost)} solved task(s) lost on the paired seeds against {len(won)} gained"
+              if len(won) < len(lost) else
+              f"{len(fresh.solved)} solved task(s) hold ({len(lost)} only on retries), {len(won)} gained")
+    if not v.add("seesaw", holds, detail):
+        # Isolation is for conflicting clusters: the fork takes only clusters where it gains clearly and
+        # no solved task regressed, so the variant it leaves behind keeps every regressed task solved.
+        gains, losses = Counter(cluster_of(t) for t in won), Counter(cluster_of(t) for t in lost)
+        hurt = {cluster_of(t) for t in regressed}
+        clusters = tuple(sorted(c for c in gains if gains[c] - losses[c] >= FORK_MARGIN and c not in hurt))
+        if allow_fork and clusters:
+            v.outcome, v.clusters = "fork", clusters
+        return v
+    if v.add("effect", bool(won), f"{len(won)} of {len(fresh.flips)} predicted flip(s) realised"):
+        v.outcome = "ship"
+    return v
+
+
+def disagreement(judged: GateJudged, *, allow_fork: bool) -> str:
+    """Why a recorded verdict does not follow from its own checks by this rule ("" when it does).
+
+    The checks must be the rule's, in its order, each before the first failure passed and none
+    after it; ``first_failure`` must name that failure; the outcome must be ``ship`` when all
+    seven passed, ``fork`` only for a seesaw failure with clusters (under the ensemble strategy),
+    else ``reject``; and ``passed`` must say whether it shipped or forked.
+    """
+    names = [c.name for c in judged.checks]
+    if names != list(CHECKS[:len(names)]):
+        return f"its checks {', '.join(names) or '(none)'} are not the gate's, in its order ({', '.join(CHECKS)})"
+    failed = [c.name for c in judged.checks if not c.passed]
+    if failed and names[-1] != failed[0]:
+        return f"it records checks after its first failure {failed[0]!r}: the gate stops there"
+    first = failed[0] if failed else ""
+    if judged.first_failure != first:
+        return (f"its first_failure is {judged.first_failure or '(none)'!r}, but its first failing check is "
+                f"{first or '(none)'!r}")
+    if not failed and len(names) < len(CHECKS):
+        return f"it stops after {names[-1] if names else 'nothing'} with no check failed: the gate runs all seven"
+    forks = allow_fork and first == "seesaw" and bool(judged.clusters)
+    expected: Outcome = "ship" if not failed else "fork" if forks else "reject"
+    if judged.outcome != expected:
+        why = "every check passed" if not failed else f"it failed {first!r}" + (
+            " with clusters to fork" if forks else " (no fork: " + ("the strategy is global)" if not allow_fork
+                                                                   else "no cluster)" if first == "seesaw"
+                                                                   else "only a seesaw failure may fork)"))
+        return f"its outcome is {judged.outcome!r}, but {why}: the gate's outcome is {expected!r}"
+    if judged.passed != (expected != "reject"):
+        return f"it says passed={judged.passed}, but its outcome is {judged.outcome!r}"
+    if judged.outcome != "fork" and judged.clusters:
+        return f"it names clusters {', '.join(judged.clusters)} without forking"
+    return ""

@@ -1,0 +1,201 @@
+"""The checks of a run's edit ledger against what it cites on ``HX_TRACE``: rounds, gate attempts, evidence.
+
+Reads only what the ledger cites, by subject: the run's round-level events (one read: each
+trace round's purpose, and its attempts' verdicts from ``RoundFinished``) and one message per
+evidence anchor. Never an attempt's frames, except for rounds logged before ``RoundFinished``
+recorded the verdicts.
+
+- every trace round a round digest, a gate verdict or a held-out score cites exists on the
+  trace for the run, finished, and is what the citation says: a main rollout of that round, the
+  candidate's own gate attempts, a held-out round;
+- every gate verdict that reached the seesaw is decided again by the gate's rule
+  (``hx.gate.rule.seesaw``) from those rounds' verdicts, the variant's solved tasks (the round's
+  digests) and the candidate's predicted flips: the recorded flips, seesaw and effect checks,
+  outcome and clusters must be what the rule gives;
+- every evidence anchor of the candidates and the round digests resolves to an event of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hx.gate.rule import Fresh, Tries, Verdict, seesaw
+from hx.replay.anchors import AnchorResolver
+from hx.replay.ledger_checks import Problem
+from hx.replay.trace_rounds import TraceRound, Verdicts, outcomes, trace_marks
+from projections.ledger import CandidateRecord, LedgerEntry, RunLedger
+from schemas.edits import Anchor
+from schemas.ledger import CandidateProposed, CandidateRevised, GateJudged, HeldoutScored, RoundDigested
+from streams.log import EventLog
+from streams.topology import TRACE
+
+
+@dataclass
+class TraceCheck:
+    """What checking a ledger against the trace found."""
+
+    rounds: int = 0
+    """Distinct trace rounds cited and found."""
+    anchors: int = 0
+    """Evidence anchors resolved to trace events of the run."""
+    recomputed: int = 0
+    """Gate verdicts whose seesaw the rule gave again from the cited rounds."""
+    problems: list[Problem] = field(default_factory=list)
+    bad_candidates: set[str] = field(default_factory=set)
+    """Candidates whose verdict's inputs are not on the trace as cited."""
+    bad_rounds: set[int] = field(default_factory=set)
+    """Evolution rounds whose digest cites what is not on the trace."""
+
+
+async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
+    """Check every trace citation of the ledger, recompute every gate verdict's seesaw, resolve every anchor."""
+    run_id = ledger.run_id
+    marks = await trace_marks(log, run_id)
+    out = TraceCheck()
+    cited: set[int] = set()
+    for entry in ledger.entries:
+        ev = entry.event
+        if isinstance(ev, RoundDigested):
+            bad = _cited(out, marks, entry, ev.trace_rounds, purpose="main", stage=ev.round)
+            if bad:
+                out.bad_rounds.add(ev.round)
+            cited.update(ev.trace_rounds)
+        elif isinstance(ev, HeldoutScored):
+            _cited(out, marks, entry, (ev.trace_round,), purpose="heldout", stage=None)
+            cited.add(ev.trace_round)
+        elif isinstance(ev, GateJudged):
+            if _cited(out, marks, entry, ev.trace_rounds, purpose="gate", stage=ev.round, candidate=ev.candidate,
+                      variant=ev.variant):
+                out.bad_candidates.add(ev.candidate)
+            cited.update(ev.trace_rounds)
+    out.rounds = len(cited & set(marks))
+    gated = [c for c in ledger.candidates.values() if c.gate is not None and c.id not in out.bad_candidates
+             and any(check.name == "seesaw" for check in c.gate.checks)]
+    verdicts = await outcomes(log, run_id, [marks[r] for c in gated for r in _rounds(c) if r in marks])
+    for cand in gated:
+        why = _reseesaw(ledger, cand, verdicts)
+        if why:
+            out.problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): {why}",
+                                        cand.gate_position))
+            out.bad_candidates.add(cand.id)
+        else:
+            out.recomputed += 1
+    await _anchors(out, AnchorResolver(log, run_id), ledger.entries)
+    out.problems.sort(key=lambda p: p.position)
+    return out
+
+
+def _rounds(cand: CandidateRecord) -> tuple[int, ...]:
+    assert cand.gate is not None
+    return cand.gate.trace_rounds
+
+
+def _cited(out: TraceCheck, marks: dict[int, TraceRound], entry: LedgerEntry, rounds: Sequence[int], *,
+           purpose: str, stage: int | None, candidate: str = "", variant: str = "") -> bool:
+    """Check that each cited round is on the trace, finished, and what the citation says; True when one is not."""
+    bad = False
+    for r in rounds:
+        tr = marks.get(r)
+        why = ""
+        if tr is None:
+            why = f"cites trace round {r}, which is not on {TRACE.name} for run {entry.event.run_id!r}"
+        elif tr.finished is None:
+            why = f"cites trace round {r}, which never finished"
+        elif tr.labelled:
+            s = tr.started
+            said = s.purpose if s.split != "heldout" else "heldout"
+            if said != purpose or (stage is not None and s.stage_round != stage) or \
+                    (candidate and s.candidate != candidate) or (variant and s.variant != variant):
+                want = f"{purpose} round" + (f" of round {stage}" if stage is not None else "") + (
+                    f" for {candidate} on {variant}" if candidate else "")
+                got = f"{said} round" + (f" of round {s.stage_round}" if s.stage_round >= 0 else "") + (
+                    f" for {s.candidate} on {s.variant}" if s.candidate else "")
+                why = f"cites trace round {r} as a {want}; the trace says it is a {got}"
+        if why:
+            out.problems.append(Problem("input", f"{entry.label}: {why}", entry.position))
+            bad = True
+    return bad
+
+
+def _reseesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int, Verdicts]) -> str:
+    """Why the gate's rule, applied again to the cited rounds, does not give the recorded verdict ("" when it does)."""
+    gate = cand.gate
+    assert gate is not None
+    digested = ledger.rounds[gate.round].digested if gate.round in ledger.rounds else None
+    mine = [d for d in (digested.digests if digested else ()) if d.variant == gate.variant]
+    solved = [d.task for d in mine if d.solved]
+    failing = {d.task for d in mine if not d.solved}
+    flips = [t for t in dict.fromkeys(cand.proposal.manifest.predicted_flips) if t in failing and t not in solved]
+    fresh = _fresh(solved, flips, [verdicts.get(r, {}) for r in gate.trace_rounds])
+    if isinstance(fresh, str):
+        return fresh
+    before = [c for c in gate.checks if c.name not in ("seesaw", "effect")]
+    again = seesaw(Verdict(checks=list(before)), fresh, allow_fork=ledger.opened is not None
+                   and ledger.opened.strategy == "ensemble")
+    recorded = Verdict.of(gate)
+    if again.checks != recorded.checks:
+        said = {c.name: c for c in recorded.checks}
+        for c in again.checks[len(before):]:
+            was = said.get(c.name)
+            if was != c:
+                shown = f"{'passed' if was.passed else 'failed'} ({was.detail})" if was else "missing"
+                return (f"its {c.name} check is {shown}; from the trace rounds it cites "
+                        f"({', '.join(map(str, gate.trace_rounds)) or 'none'}) the gate's rule gives "
+                        f"{'passed' if c.passed else 'failed'} ({c.detail})")
+        return "it records checks after the seesaw that the gate's rule does not give"
+    if again.flips != recorded.flips:
+        diff = next((f"{a.task}: {a.passes}/{a.attempts} passed" for a, b in zip(again.flips, recorded.flips,
+                                                                                  strict=False) if a != b),
+                    f"{len(again.flips)} flips against {len(recorded.flips)}")
+        return f"its flips are not what the trace rounds it cites show ({diff})"
+    if (again.outcome, again.clusters) != (recorded.outcome, recorded.clusters):
+        return f"its outcome {recorded.outcome} is not what the gate's rule gives from the trace: {again.outcome}"
+    return ""
+
+
+def _fresh(solved: Sequence[str], flips: Sequence[str], rounds: Sequence[Verdicts]) -> Fresh | str:
+    """The candidate's fresh attempts as the gate saw them, from its rounds' verdicts (or why they do not fit)."""
+    if not solved and not flips:
+        return Fresh(solved={}, flips={}) if not rounds else "it cites trace rounds for a variant with nothing to run"
+    if not rounds:
+        return "it cites no trace round for its fresh attempts"
+    paired, *retries = rounds
+    tries: dict[str, Tries] = {}
+    for (task, _), passed in paired.items():
+        old = tries.get(task, Tries(0, 0))
+        tries[task] = Tries(old.attempts + 1, old.passes + passed)
+    wanted = [*solved, *flips]
+    if sorted(tries) != sorted(wanted):
+        return (f"its first trace round ran {', '.join(sorted(tries)) or 'nothing'}; the gate runs the variant's "
+                f"solved tasks and the predicted flips ({', '.join(wanted)})")
+    lost = [t for t in solved if tries[t].passes == 0]
+    more: dict[str, Tries] = {}
+    for wave in retries:
+        ran = sorted({task for task, _ in wave})
+        if ran != sorted(lost):
+            return (f"a retry round ran {', '.join(ran) or 'nothing'}; the solved tasks still lost were "
+                    f"{', '.join(lost)}")
+        for (task, _), passed in wave.items():
+            old = more.get(task, Tries(0, 0))
+            more[task] = Tries(old.attempts + 1, old.passes + passed)
+        lost = [t for t in lost if more[t].passes == 0]
+    return Fresh(solved={t: tries[t] for t in solved}, flips={t: tries[t] for t in flips}, retries=more)
+
+
+async def _anchors(out: TraceCheck, resolver: AnchorResolver, entries: Sequence[LedgerEntry]) -> None:
+    for entry in entries:
+        ev = entry.event
+        evidence: tuple[Anchor, ...] = (
+            ev.manifest.evidence if isinstance(ev, CandidateProposed | CandidateRevised) else
+            tuple(a for d in ev.digests for a in d.evidence) if isinstance(ev, RoundDigested) else ())
+        for resolved in await resolver.resolve_all(evidence):
+            if resolved.resolved:
+                out.anchors += 1
+                continue
+            a = resolved.anchor
+            out.problems.append(Problem("input", f"{entry.label}: evidence anchor {a.seq}:{a.index} "
+                                                 f"({a.note or 'no note'}) is unresolved: {resolved.problem}",
+                                        entry.position))
+            if isinstance(ev, CandidateProposed | CandidateRevised):
+                out.bad_candidates.add(ev.candidate)
