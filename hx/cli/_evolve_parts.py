@@ -1,14 +1,20 @@
-"""What ``hx evolve`` wires around the loop: progress on the terminal, approvals, the LLM stages, resumed jobs."""
+"""What ``hx evolve`` wires around the loop: progress on the terminal, approvals, the LLM stages, resumed jobs,
+and what it says when stopped (``StopNote``: what the ledger keeps, how to resume)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import click
 import msgspec
+import nats.errors
 from rich.console import Console
 from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -24,9 +30,42 @@ from hx.aegis.smoke import SandboxCodeCheck
 from hx.cli.learn import describe
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
+from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import CandidateProposed, HeldoutScored, LedgerOpened, RoundDecided
+from schemas.ledger import (
+    ApprovalRequested,
+    CandidateProposed,
+    CandidateRevised,
+    CriticJudged,
+    EvolutionFinished,
+    GateJudged,
+    HarnessShipped,
+    HeldoutScored,
+    LandscapePlanned,
+    LedgerEvent,
+    LedgerOpened,
+    ModelChanged,
+    RoundDecided,
+    RoundDigested,
+    VariantForked,
+    VariantRetired,
+)
 from streams.connection import Connection
+
+STOP_READ_S = 10.0
+"""How long a stopping ``hx evolve`` waits to read its ledger for the note (a second SIGTERM ends it at once)."""
+_ROUND_PARTS = {
+    RoundDigested.TYPE: ("digest", "digests"), LandscapePlanned.TYPE: ("plan", "plans"),
+    CandidateProposed.TYPE: ("candidate", "candidates"), CandidateRevised.TYPE: ("revision", "revisions"),
+    CriticJudged.TYPE: ("critic's verdict", "critic's verdicts"),
+    ApprovalRequested.TYPE: ("approval request", "approval requests"),
+    GateJudged.TYPE: ("gate verdict", "gate verdicts"), HarnessShipped.TYPE: ("ship", "ships"),
+    VariantForked.TYPE: ("fork", "forks"), VariantRetired.TYPE: ("retired variant", "retired variants"),
+    ModelChanged.TYPE: ("model change", "model changes"),
+}
+"""What a round's ledger events are called in the stop note (singular, plural)."""
+_COUNTED = {CandidateProposed.TYPE, CandidateRevised.TYPE, ApprovalRequested.TYPE, GateJudged.TYPE,
+            HarnessShipped.TYPE, VariantForked.TYPE, VariantRetired.TYPE}
 
 
 async def load_job(conn: Connection, run_id: str) -> EvolveJob | None:
@@ -124,3 +163,74 @@ def llm_parts(conn: Connection, job: EvolveJob, data_dir: Path) -> LlmParts:
         parts.meta = MetaAgent(ModelConfig(main=job.meta_model), conn.log, job.run_id)
         parts.critic, parts.prose = LlmCritic(parts.meta, store), llm_prose(parts.meta)
     return parts
+
+
+def _and(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def ledger_holds(records: Sequence[LedgerEvent]) -> str:
+    """What an unfinished run's ledger keeps, in words: held-out before round 0, rounds decided, the next round."""
+    decided = sorted({r.round for r in records if isinstance(r, RoundDecided)})
+    upcoming = decided[-1] + 1 if decided else 0
+    held = sorted({r.round for r in records if isinstance(r, HeldoutScored)})
+    when = [f"after round {r}" if r >= 0 else "before round 0" for r in held]
+    kept = [f"the held-out scores ({', '.join(when)})" if len(when) > 1 else f"the held-out score {when[0]}"
+            ] if held else []
+    if decided:
+        kept.append(f"rounds 0..{decided[-1]} decided" if decided[-1] else "round 0 decided")
+    counts = Counter(type(r).TYPE for r in records
+                     if getattr(r, "round", None) == upcoming and not isinstance(r, RoundDecided | HeldoutScored))
+    parts = [(f"{n} {_ROUND_PARTS[t][1]}" if n > 1 else f"1 {_ROUND_PARTS[t][0]}") if t in _COUNTED
+             else _ROUND_PARTS.get(t, (t, t))[0] for t, n in counts.items()]
+    if parts:
+        kept.append(f"round {upcoming}'s {_and(parts)}")
+    return _and(kept) if kept else "nothing of round 0 yet"
+
+
+@dataclass
+class StopNote:
+    """What a stopped ``hx evolve`` (Ctrl-C, SIGTERM) says on stderr: what its ledger keeps and how to resume.
+
+    The ledger is read as the command stops (``on_stop``), not guessed from memory.
+    """
+
+    run_id: str
+    command: str
+    """``hx evolve`` or ``hx coevolve``: the command that resumes the run."""
+    records: list[LedgerEvent] | None = None
+    read: bool = False
+    """Whether the ledger was read (``records`` None then means the run has no ledger)."""
+
+    async def read_ledger(self, conn: Connection) -> None:
+        """Read the run's ledger as it stands now; on failure the note says it could not."""
+        try:
+            self.records = await asyncio.wait_for(read_records(conn, self.run_id), STOP_READ_S)
+            self.read = True
+        except (HxError, nats.errors.Error, TimeoutError):
+            self.read = False  # the note then says so rather than guess
+
+    def line(self, why: str) -> str:
+        """The one line: ``stopped by <why>: the ledger of RUN keeps ...; resume with: hx evolve --resume RUN``."""
+        resume = f"resume with: {self.command} --resume {self.run_id}"
+        if not self.read:
+            return (f"stopped by {why}; the ledger of {self.run_id} could not be read (`hx ledger {self.run_id}` "
+                    f"shows what it keeps); {resume}")
+        if self.records is None:
+            return f"stopped by {why} before run {self.run_id} opened its ledger: nothing to resume"
+        finished = next((r for r in self.records if isinstance(r, EvolutionFinished)), None)
+        if finished is not None:
+            return (f"stopped by {why} after run {self.run_id} finished ({finished.rounds} round(s) on its ledger): "
+                    "nothing to resume")
+        return f"stopped by {why}: the ledger of {self.run_id} keeps {ledger_holds(self.records)}; {resume}"
+
+
+@contextlib.asynccontextmanager
+async def on_stop(conn: Connection, note: StopNote) -> AsyncIterator[None]:
+    """On Ctrl-C or SIGTERM (a cancellation), read what the ledger keeps into ``note``, then go on stopping."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        if conn.log.gone is None:  # a server that died has nothing to read from: its own error line says so
+            await note.read_ledger(conn)
+        raise
