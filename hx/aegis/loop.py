@@ -38,6 +38,7 @@ from hx.aegis.state import RunState, revised
 from hx.aegis.trials import Trials, game_scores
 from hx.aegis.variants import route
 from hx.bench.splits import round_roles
+from hx.runtime.cancel import stop_if_cancelled
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,
@@ -101,6 +102,7 @@ class Evolution:
 
     async def append(self, *events: LedgerEvent) -> None:
         """Append to the ledger; an approval answered meanwhile is folded in, any other writer is a conflict."""
+        stop_if_cancelled()  # a stopped run appends nothing more, even when its cancellation was dropped
         known = len(self.ledger.records)
         try:
             await self.ledger.append(*events)
@@ -123,6 +125,7 @@ class Evolution:
         status: Literal["completed", "patience"] = "completed"
         reason = f"ran {self.settings.rounds} round(s)"
         while (t := self.state().next_round) < self.settings.rounds:
+            stop_if_cancelled()
             if self.spent is not None and (stop := self.spent()):
                 reason = stop  # a run resumed after its last round spent the budget starts no new round
                 break
