@@ -315,6 +315,8 @@ class ProjectionRunner(Generic[S]):
             state = self.projection.decode(obj.data or b"")
         except msgspec.DecodeError:
             return self.position  # a corrupted snapshot is never trusted
+        except PROJECTION_FAILURES as exc:  # a projection's own decode() failing (any exception, or its sys.exit)
+            raise call_failed(self.projection, "decode() of its checkpoint", exc) from exc
         if state_digest(state) != cp.digest:
             return self.position  # a torn snapshot is never trusted
         self.state, self.position, self.applied = state, (cp.seq, cp.index), cp.applied

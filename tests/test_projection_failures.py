@@ -6,7 +6,8 @@ Three plugins fold real ``hx run`` traces and fail on the second run's ``attempt
 checkpointed). Each fold half-updates its state first, as an in-place fold does. The first run
 folds cleanly and is checkpointed; after each failure the positions bucket and the blob store
 hold exactly what they held before (``hx projections run --once``, ``--from-start``,
-``rebuild``, ``rebuild --as-of``, and a follower in a process of its own).
+``rebuild``, ``rebuild --as-of``, and a follower in a process of its own). A plugin failing in
+its ``decode()``, ``summary()``, ``initial()``, constructor or import is one line too.
 """
 
 from __future__ import annotations
@@ -72,7 +73,46 @@ class Unencodable(Counted):
 
     def fail(self, state):
         state["finished"] = object()
+
+
+class ExitsOnDecode(Counted):
+    name: ClassVar[str] = "exits_on_decode"
+
+    def decode(self, data):
+        sys.exit(0)
+
+
+class RaisesInSummary(Counted):
+    name: ClassVar[str] = "raises_in_summary"
+
+    def summary(self, state):
+        raise KeyError("total")
+
+
+class RaisesInInitial(Counted):
+    name: ClassVar[str] = "raises_in_initial"
+
+    def initial(self):
+        raise RuntimeError("no state for you")
+
+
+class ExitsWhenBuilt(Counted):
+    name: ClassVar[str] = "exits_when_built"
+
+    def __init__(self):
+        sys.exit(3)
 '''
+EXITS_ON_IMPORT = "import sys\nsys.exit(0)\n"
+OTHER_METHODS = {
+    "ExitsOnDecode": "projection 'exits_on_decode' (failing_plugins:ExitsOnDecode): decode() of its checkpoint failed: "
+                     "it called sys.exit(0)",
+    "RaisesInSummary": "projection 'raises_in_summary' (failing_plugins:RaisesInSummary): summary() failed: "
+                       "KeyError: 'total'",
+    "RaisesInInitial": "projection 'raises_in_initial' (failing_plugins:RaisesInInitial): initial() failed: "
+                       "RuntimeError: no state for you",
+    "ExitsWhenBuilt": "projection 'failing_plugins:ExitsWhenBuilt': building ExitsWhenBuilt() failed: "
+                      "it called sys.exit(3)",
+}
 CLASSES = {"raises": "Raises", "exits": "Exits", "unencodable": "Unencodable"}
 EXCEPTIONS = {"raises": "ValueError: no finish line here", "exits": "it called sys.exit(0)",
               "unencodable": "cannot be encoded: TypeError: Encoding objects of type object is unsupported"}
@@ -176,3 +216,20 @@ def test_a_follower_whose_plugin_fails_stops_with_one_line(nats_url: str, tmp_pa
     else:  # checkpointed after every event: up to the last one whose state encoded, never past it
         entries, _ = stored(nats_url)
         assert entries[name] != before[0][name]
+
+
+def test_a_plugin_failing_elsewhere_is_one_line_too(nats_url: str, tmp_path: Path, plugins: Path) -> None:
+    """Its decode(), summary(), initial(), constructor or import raising or exiting: one line, exit 1."""
+    toy_run(nats_url, tmp_path, "first", tasks=1, attempts=1)
+    ok(hx("--nats-url", nats_url, "projections", "run", "failing_plugins:ExitsOnDecode", "--once"))  # checkpointed
+    (plugins / "exits_on_import.py").write_text(EXITS_ON_IMPORT)
+    expected = {**{f"failing_plugins:{cls}": text for cls, text in OTHER_METHODS.items()},
+                "exits_on_import:X": "projection 'exits_on_import:X': importing 'exits_on_import' failed: "
+                                     "it called sys.exit(0)"}
+    for name, text in expected.items():
+        before = stored(nats_url)
+        result = hx("--nats-url", nats_url, "projections", "run", name, "--once")
+        assert error_line(result) == f"error: {text}", (name, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        if name != "failing_plugins:RaisesInSummary":  # (its fold and checkpoint went well before its summary)
+            assert stored(nats_url) == before, name
