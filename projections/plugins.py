@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from projections.base import Projection
+from projections.failures import PROJECTION_FAILURES, raised
 from schemas.errors import HxError
 from schemas.event import event_types
 
@@ -58,9 +59,9 @@ def _module(spec: str, target: str) -> Any:
         sys.modules[name] = module  # msgspec and dataclasses resolve the module's annotations through sys.modules
         try:
             loader_spec.loader.exec_module(module)
-        except Exception as exc:  # any error in a plugin's import is reported as its own
+        except PROJECTION_FAILURES as exc:  # any error in a plugin's import (its sys.exit too) is its own
             sys.modules.pop(name, None)
-            raise PluginError(f"projection {spec!r}: importing {target!r} failed: {type(exc).__name__}: {exc}") from exc
+            raise PluginError(f"projection {spec!r}: importing {target!r} failed: {raised(exc)}") from exc
         return module
     try:
         return importlib.import_module(target)
@@ -68,8 +69,8 @@ def _module(spec: str, target: str) -> Any:
         if exc.name is not None and target.startswith(exc.name):
             raise PluginError(f"projection {spec!r}: no module named {target!r}") from None
         raise PluginError(f"projection {spec!r}: importing {target!r} failed: {exc}") from exc
-    except Exception as exc:  # any error in a plugin's import is reported as its own
-        raise PluginError(f"projection {spec!r}: importing {target!r} failed: {type(exc).__name__}: {exc}") from exc
+    except PROJECTION_FAILURES as exc:  # any error in a plugin's import (its sys.exit too) is its own
+        raise PluginError(f"projection {spec!r}: importing {target!r} failed: {raised(exc)}") from exc
 
 
 def check(spec: str, obj: Any, reserved: Mapping[str, type[Projection[Any]]]) -> type[Projection[Any]]:

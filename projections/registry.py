@@ -11,6 +11,7 @@ from typing import Any
 
 from projections import plugins
 from projections.base import Projection
+from projections.failures import PROJECTION_FAILURES, raised
 from projections.ledger import EditLedger
 from projections.otel_spans import OtelSpans
 from projections.task_history import TaskHistory
@@ -53,6 +54,8 @@ def projection(name: str) -> Projection[Any]:
     except TypeError as exc:
         raise plugins.PluginError(f"projection {name!r}: {cls.__qualname__}() cannot be built without "
                                   f"arguments: {exc}") from None
+    except PROJECTION_FAILURES as exc:  # a plugin's own failure (any exception, or its sys.exit)
+        raise plugins.PluginError(f"projection {name!r}: building {cls.__qualname__}() failed: {raised(exc)}") from exc
 
 
 def available() -> tuple[dict[str, type[Projection[Any]]], dict[str, str]]:

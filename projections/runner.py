@@ -27,6 +27,7 @@ import nats.errors
 from nats.js.errors import KeyNotFoundError, NotFoundError, ObjectNotFoundError
 
 from projections.base import Projection
+from projections.failures import PROJECTION_FAILURES, ProjectionFailed, call_failed, encode_failed, fold_failed
 from projections.snapshots import SNAPSHOT_EVERY, Snapshots, put_blob
 from schemas.envelope import Record
 from schemas.errors import HxError
@@ -84,17 +85,40 @@ class ProjectionRunner(Generic[S]):
         self.batch = batch
         self.snapshot_every = snapshot_every
         """Stream messages between two as-of snapshots (``as_of`` stores them at its multiples)."""
-        self.state: S = projection.initial()
+        self.state: S = self._initial()
         self.position: Position = START
         self.applied = 0
         """Events applied to ``state`` since the initial state."""
         self.resumed_from: Position | None = None
         """The checkpoint position ``load`` restored, if any."""
+        self.last: Record | None = None
+        """The last record folded into ``state`` (what an encoding failure names)."""
+        self.failure: ProjectionFailed | None = None
+        """Set when the fold failed: the state is spoiled (a fold may have half-updated it) and never checkpointed."""
+
+    def _initial(self) -> S:
+        try:
+            return self.projection.initial()
+        except PROJECTION_FAILURES as exc:  # a projection's own failure (any exception, or its sys.exit)
+            raise call_failed(self.projection, "initial()", exc) from exc
 
     @property
     def digest(self) -> str:
-        """Canonical digest of the current state."""
-        return self.projection.digest(self.state)
+        """Canonical digest of the current state (``ProjectionFailed`` when it cannot be encoded)."""
+        try:
+            return self.projection.digest(self.state)
+        except PROJECTION_FAILURES as exc:  # encoding a state is the projection's own code
+            raise encode_failed(self.projection, self.last, exc) from exc
+
+    def encoded(self) -> tuple[bytes, str]:
+        """The state's snapshot bytes and its digest; ``ProjectionFailed`` (and nothing written) when it cannot be."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            data = self.projection.encode(self.state)
+            return data, self._digest_of(data)
+        except PROJECTION_FAILURES as exc:  # encoding a state is the projection's own code
+            raise encode_failed(self.projection, self.last, exc) from exc
 
     # --- folding ------------------------------------------------------------------------
 
@@ -105,8 +129,13 @@ class ProjectionRunner(Generic[S]):
             return False
         reads = self.projection.reads
         if not reads or record.type in reads:
-            self.state = self.projection.fold(self.state, record)
+            try:
+                self.state = self.projection.fold(self.state, record)
+            except PROJECTION_FAILURES as exc:  # a projection's own failure (any exception, or its sys.exit)
+                self.failure = fold_failed(self.projection, record, exc)
+                raise self.failure from exc
             self.applied += 1
+            self.last = record
         self.position = pos
         return True
 
@@ -156,12 +185,21 @@ class ProjectionRunner(Generic[S]):
                     break
         finally:
             await stream.aclose()
-            await self.checkpoint()
+            if self.failure is None:  # a spoiled state is never checkpointed
+                await self.checkpoint()
 
     async def rebuild(self, progress: Callable[[int, int], None] | None = None) -> S:
-        """Forget the checkpoint and fold the whole log from sequence 0."""
-        await self.reset()
+        """Fold the whole log again from sequence 0 (``restart``): its checkpoints replace the stored one."""
+        self.restart()
         return await self.catch_up(progress=progress)
+
+    def restart(self) -> None:
+        """Start over from the initial state, in memory; the stored checkpoint stays until this runner's next one.
+
+        A fold that then fails leaves the stored checkpoint as it was (``reset`` deletes it at once).
+        """
+        self.state, self.position, self.applied = self._initial(), START, 0
+        self.resumed_from, self.last, self.failure = None, None, None
 
     async def as_of(self, position: int) -> S:
         """The state as of stream sequence ``position`` (inclusive); this runner and its checkpoint are untouched."""
@@ -209,7 +247,7 @@ class ProjectionRunner(Generic[S]):
             # the position plus one write (writing every boundary passed cost more than it saved when
             # measured), and repeated folds near a point start from it.
             await fresh.catch_up(stop=boundary, checkpoint=False)
-            await snapshots.store(boundary, fresh.applied, fresh.state)
+            await snapshots.put(boundary, fresh.applied, *fresh.encoded())
             written = 1
         await fresh.catch_up(stop=position, checkpoint=False)
         return AsOfFold(fresh.state, fresh.position, fresh.digest, start, kind, fresh.applied - before, written)
@@ -229,11 +267,10 @@ class ProjectionRunner(Generic[S]):
         kv = await self.log.js.key_value(POSITIONS_BUCKET)
         previous = await self._read_checkpoint()
         name = self._snapshot_name(self.position)
+        data, digest = self.encoded()  # before anything is written: a state that cannot be encoded writes nothing
         # Always (re)write the snapshot: one stored under this name may be torn or missing.
-        data = self.projection.encode(self.state)
         await put_blob(self.log, name, data)
-        cp = Checkpoint(self.position[0], self.position[1], self.projection.version, self.applied, name,
-                        self._digest_of(data))
+        cp = Checkpoint(self.position[0], self.position[1], self.projection.version, self.applied, name, digest)
         await kv.put(self.projection.name, msgspec.msgpack.encode(cp))
         if previous is not None and previous.snapshot != name:
             store = await self.log.js.object_store(BLOB_STORE)
@@ -279,6 +316,8 @@ class ProjectionRunner(Generic[S]):
             state = self.projection.decode(obj.data or b"")
         except msgspec.DecodeError:
             return self.position  # a corrupted snapshot is never trusted
+        except PROJECTION_FAILURES as exc:  # a projection's own decode() failing (any exception, or its sys.exit)
+            raise call_failed(self.projection, "decode() of its checkpoint", exc) from exc
         if self.projection.digest(state) != cp.digest:
             return self.position  # a torn snapshot is never trusted
         self.state, self.position, self.applied = state, (cp.seq, cp.index), cp.applied
@@ -299,7 +338,4 @@ class ProjectionRunner(Generic[S]):
             store = await self.log.js.object_store(BLOB_STORE)
             with contextlib.suppress(NotFoundError, ObjectNotFoundError):
                 await store.delete(cp.snapshot)
-        self.state = self.projection.initial()
-        self.position = START
-        self.applied = 0
-        self.resumed_from = None
+        self.restart()

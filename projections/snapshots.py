@@ -103,9 +103,13 @@ class Snapshots:
                 await store.delete(snapshot_name(self.projection, ref.seq))
 
     async def store(self, seq: int, applied: int, state: Any) -> None:
-        """Store the state as of ``seq``, then add it to the index (blob first: the index never names a torn one)."""
-        await put_blob(self.log, snapshot_name(self.projection, seq), self.projection.encode(state))
+        """Store the state as of ``seq`` (encoded first: a state that cannot be encoded writes nothing)."""
+        await self.put(seq, applied, self.projection.encode(state), self.projection.digest(state))
+
+    async def put(self, seq: int, applied: int, data: bytes, digest: str) -> None:
+        """Store an encoded state as of ``seq``, then index it (blob first: the index never names a torn one)."""
+        await put_blob(self.log, snapshot_name(self.projection, seq), data)
         refs = {s.seq: s for s in await self.index()}
-        refs[seq] = SnapshotRef(seq, applied, self.projection.digest(state))
+        refs[seq] = SnapshotRef(seq, applied, digest)
         kv = await self.log.js.key_value(POSITIONS_BUCKET)
         await kv.put(snapshot_key(self.projection), msgspec.msgpack.encode(sorted(refs.values(), key=lambda s: s.seq)))

@@ -331,3 +331,49 @@ async def test_candidates_that_do_not_build_are_recorded_and_rejected(nats_url: 
     [decision] = of(records, RoundDecided)
     assert decision.outcome == "all_rejected" and not of(records, HarnessShipped)
     assert chain_holds(records)
+
+
+async def dropped_cancellation() -> None:
+    """Cancel the current task as a request's answer lands: Python 3.11's ``wait_for`` returns the answer and drops
+    the cancellation (the task runs on, ``cancelling()`` still counts it), as nats-py's requests can."""
+    loop, me = asyncio.get_running_loop(), asyncio.current_task()
+    assert me is not None
+    answer: asyncio.Future[None] = loop.create_future()
+
+    def land_together() -> None:
+        answer.set_result(None)
+        me.cancel()
+
+    loop.call_soon(land_together)
+    await asyncio.wait_for(answer, 10)
+    assert me.cancelling() == 1  # asked to stop, and still running
+
+
+class DroppingEvolver(OfflineEvolver):
+    """The offline evolver, whose first proposal call drops a cancellation of the run's task (a SIGTERM, say)."""
+
+    dropped = False
+
+    async def propose(self, context: Context, k: int) -> list[Proposal]:
+        if not self.dropped:
+            self.dropped = True
+            await dropped_cancellation()
+        return await super().propose(context, k)
+
+
+async def test_a_run_whose_cancellation_was_dropped_stops_at_its_next_step(nats_url: str) -> None:
+    """Stopped (Ctrl-C, SIGTERM) as a 3.11 wait_for swallowed it: the run appends nothing more and ends cancelled."""
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        evolver = DroppingEvolver()
+        running = asyncio.create_task(evolve(conn, "evo-dropped", evolver=evolver, rounds=3))
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert evolver.dropped
+        ledger = Ledger(conn, "evo-dropped")
+        try:
+            await ledger.load()
+            records = list(ledger.records)
+        finally:
+            await ledger.close()
+    assert not of(records, CandidateProposed) and not of(records, RoundDecided)  # round 0 went no further
+    assert not of(records, EvolutionFinished)

@@ -17,12 +17,14 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
+from hx.aegis.ledger import read_records
+from schemas.ledger import CandidateProposed, EvolutionFinished, GateJudged, LedgerEvent, RoundDecided
 from schemas.lifecycle import RunFinished
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.processes import free_port, pid_alive, process_args, process_start
 from streams.server import EmbeddedServer
-from streams.topology import TRACE, trace_subject
+from streams.topology import LEDGER, TRACE, trace_subject
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -188,3 +190,89 @@ def test_ctrl_c_or_sigterm_ends_the_run_cleanly(tmp_path: Path, sig: signal.Sign
     assert finished.status == "cancelled"
     assert finished.reason == ("cancelled (SIGTERM)" if sig == signal.SIGTERM else "cancelled")
     assert free_port()  # and the machine is left usable
+
+
+# --- a running ``hx evolve`` / ``hx coevolve`` stopped by SIGTERM or Ctrl-C ------------------------
+
+TOY_HX = "import runpy, toyworld; runpy.run_module('hx', run_name='__main__', alter_sys=True)"
+"""``python -m hx`` with the toy world registered first (tests/ on PYTHONPATH): the real command, a test bench."""
+
+
+async def first_decision(url: str, proc: asyncio.subprocess.Process) -> None:
+    """Block until round 0's decision is on the ledger; fail if the process ends first."""
+    async with connect(NatsSettings(url=url)) as conn:
+        async def decided() -> None:
+            async for _ in conn.log.subscribe(LEDGER.name, types=(RoundDecided.TYPE,)):
+                return
+
+        watch, died = asyncio.create_task(decided()), asyncio.create_task(proc.wait())
+        done, _ = await asyncio.wait({watch, died}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+        for task in (watch, died):
+            task.cancel()
+        await asyncio.gather(watch, died, return_exceptions=True)
+        assert watch in done, "the run ended (or took too long) before round 0 was decided"
+
+
+async def ledger_of(url: str, run_id: str) -> list[LedgerEvent]:
+    async with connect(NatsSettings(url=url)) as conn:
+        records = await read_records(conn, run_id)
+    assert records is not None
+    return records
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "sig", "why", "code"), [
+    pytest.param("evolve", signal.SIGTERM, "SIGTERM", 143, id="evolve-sigterm"),
+    pytest.param("evolve", signal.SIGINT, "Ctrl-C", 130, id="evolve-ctrl-c"),
+    pytest.param("coevolve", signal.SIGTERM, "SIGTERM", 143, id="coevolve-sigterm")])
+async def test_a_stopped_evolution_says_what_its_ledger_keeps_and_how_to_resume(
+        nats_url: str, tmp_path: Path, command: str, sig: signal.Signals, why: str, code: int) -> None:
+    run_id = f"stopped-{command}-{sig.name.lower()}"
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HX_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    # Twelve rounds: far more than the moments between round 0's decision and the signal can run.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", TOY_HX, "--nats-url", nats_url, "--data-dir", str(data), command,
+        "--bench", "toyworld:rooms", "--bench", "toyworld:bell", "--tasks", "8", "--heldout-tasks", "2",
+        "--rounds", "12", "--patience", "12", "--max-steps", "20", "--seed", "3", "--run-id", run_id,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    try:
+        await first_decision(nats_url, proc)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole foreground group
+        else:
+            proc.send_signal(sig)
+        _, raw = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    err = raw.decode()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err, err
+    records = await ledger_of(nats_url, run_id)  # the truth the note must tell
+    assert not any(isinstance(r, EvolutionFinished) for r in records)
+    decided = max(r.round for r in records if isinstance(r, RoundDecided))
+    kept = "round 0 decided" if decided == 0 else f"rounds 0..{decided} decided"
+    [line] = [line for line in err.splitlines() if line.startswith("stopped by")]
+    assert line.startswith(f"stopped by {why}: the ledger of {run_id} keeps the held-out score before round 0"), line
+    assert f" {kept}" in line, line
+    assert line.endswith(f"; resume with: hx {command} --resume {run_id}"), line
+    upcoming = [r for r in records if getattr(r, "round", None) == decided + 1]
+    candidates = sum(isinstance(r, CandidateProposed) for r in upcoming)
+    verdicts = sum(isinstance(r, GateJudged) for r in upcoming)
+    for count, word in ((candidates, "candidate"), (verdicts, "gate verdict")):
+        if count:
+            assert f"{count} {word}" in line, line
+    assert (f"round {decided + 1}'s" in line) == bool(upcoming), line
+    assert line == err.strip().splitlines()[-1], err  # the last word on stderr
+
+    if command == "evolve" and sig == signal.SIGTERM:  # and the resume it names finishes the run
+        resumed = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", TOY_HX, "--nats-url", nats_url, "--data-dir", str(data),
+            *line.rpartition("resume with: hx ")[2].split(), "--json", env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, raw = await asyncio.wait_for(resumed.communicate(), 120)
+        assert resumed.returncode == 0, raw.decode()
+        assert [row["round"] for row in json.loads(out)["rounds"]] == list(range(12))

@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hx_cli import error_line
+from hx_cli import hx as hx_command
 
 import hx.runtime.providers.script  # noqa: F401 - registers the script: provider
 from hx import (
@@ -503,6 +505,36 @@ def test_unreadable_or_malformed_files(tmp_path: Path) -> None:
     extra.write_text("processors: []\nmodels: {}\n")
     with pytest.raises(CompositionError, match="unknown keys"):
         HarnessConfig.load(extra)
+
+
+BINARY = bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0xC5, 0xFF, 0x00, 0x01]) * 20
+"""A PNG-like binary file: not UTF-8 at offset 0 (0x89)."""
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json", ".toml"])
+def test_a_binary_file_is_not_a_harness_file(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"picture{suffix}"
+    path.write_bytes(BINARY)
+    with pytest.raises(CompositionError) as err:
+        HarnessConfig.load(path)
+    assert str(err.value) == f"{path}: not a harness file: not UTF-8 text (byte 0x89 at offset 0)"
+
+
+@pytest.mark.parametrize("command", [
+    ("run", "--bench", "twx:coin", "--tasks", "1"),
+    ("evolve", "--bench", "twx:coin", "--tasks", "1", "--rounds", "1"),
+    ("replay", "some-run", "--round", "1"),
+    ("fork", "some-run", "--task", "twx:coin:dev:0", "--attempt", "0", "--step", "1"),
+])
+def test_a_binary_harness_file_is_one_line_and_nothing_written(tmp_path: Path, command: tuple[str, ...]) -> None:
+    path = tmp_path / "harness.yaml"
+    path.write_bytes(BINARY)
+    data = tmp_path / "data"
+    result = hx_command("--data-dir", str(data), *command, "--harness", str(path))
+    line = error_line(result)
+    assert result.stderr.strip().splitlines() == [line]
+    assert line == f"error: {path}: not a harness file: not UTF-8 text (byte 0x89 at offset 0)"
+    assert not data.exists()  # no server started, no results claimed
 
 
 # --- per-attempt instances, on the log ------------------------------------------------------

@@ -2,17 +2,21 @@
 
 ``render(records)`` folds a run's ledger events (``RunFold``) and returns every file of
 the directory as bytes by relative path: ``INDEX.md``, ``journal.md``, ``curves.json``,
-``scoreboard.json``, ``audit.jsonl``, ``data/`` and one ``R<n>/`` folder per round
-(``hx.aegis.export_rounds``). Nothing comes from memory or the clock: the same ledger
-gives the same bytes. Trajectories are read from the trace by the command
-(``hx export --trajectories``); ``render`` only links the files it was told exist.
+``scoreboard.json``, ``audit.jsonl``, ``data/``, one ``R<n>/`` folder per round
+(``hx.aegis.export_rounds``) and the marker ``.hx-export`` (``ExportMarker``: which run, which
+hx; ``hx export --force`` replaces only a directory that carries one). Nothing comes from
+memory or the clock: the same ledger gives the same bytes. Trajectories are read from the
+trace by the command (``hx export --trajectories``); ``render`` only links the files it was
+told exist.
 
 >>> from hx.harness.config import HarnessConfig
 >>> from schemas.ledger import LedgerOpened
 >>> h = HarnessConfig()
 >>> files = render([LedgerOpened(run_id="r", strategy="global", harness=h.to_dict(), digest=h.digest)])
 >>> sorted(files)[:4]
-['INDEX.md', 'audit.jsonl', 'curves.json', 'data/rejected_candidates.jsonl']
+['.hx-export', 'INDEX.md', 'audit.jsonl', 'curves.json']
+>>> ExportMarker.read(files[MARKER]).run_id
+'r'
 >>> files["INDEX.md"].splitlines()[0]
 b'# Evolution run `r`'
 """
@@ -20,7 +24,8 @@ b'# Evolution run `r`'
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,6 +47,33 @@ TrajectoryFiles = Mapping[int, Mapping[str, Sequence[str]]]
 """Round -> task -> the names of its trajectory files in ``R<n>/trajectories/``."""
 _VALUE_WIDTH = 100
 _LIST_SHOWN = 4
+MARKER = ".hx-export"
+"""The file every export directory carries (``ExportMarker``): a directory without it is no export."""
+
+
+class ExportMarker(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What ``.hx-export`` holds: that ``hx export`` wrote the directory, which run, and which hx."""
+
+    kind: Literal["hx export"] = "hx export"
+    run_id: str
+    hx_version: str
+
+    def encode(self) -> str:
+        """The marker file's text (one JSON line)."""
+        return msgspec.json.encode(self).decode() + "\n"
+
+    @classmethod
+    def read(cls, data: bytes) -> ExportMarker:
+        """The marker in a file's bytes; ``msgspec.DecodeError`` when they are not one."""
+        return msgspec.json.decode(data, type=cls)
+
+
+def hx_version() -> str:
+    """The installed hx's version (``unknown`` when run from a tree that is not installed)."""
+    try:
+        return version("hx-foundry")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class AuditLine(msgspec.Struct, frozen=True):
@@ -68,6 +100,7 @@ def render(records: Sequence[LedgerEvent], trajectories: TrajectoryFiles | None 
     for rnd in fold.ordered():
         files |= round_files(fold, rnd, trajectories.get(rnd.round, {}))
     files["INDEX.md"] = index(fold, files, trajectories)
+    files[MARKER] = ExportMarker(run_id=fold.opened.run_id, hx_version=hx_version()).encode()
     return {path: text.encode() for path, text in sorted(files.items())}
 
 

@@ -41,6 +41,7 @@ from hx.gate.rule import Verdict
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.replay.trace_rounds import trace_marks
+from hx.runtime.cancel import stop_if_cancelled
 from projections.ledger import RoundRecords, RunLedger, revised
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
@@ -110,6 +111,7 @@ class Evolution:
 
     async def append(self, *events: LedgerEvent) -> None:
         """Append to the ledger; an approval answered meanwhile is folded in, any other writer is a conflict."""
+        stop_if_cancelled()  # a stopped run appends nothing more, even when its cancellation was dropped
         known = len(self.ledger.records)
         try:
             await self.ledger.append(*events)
@@ -131,6 +133,7 @@ class Evolution:
         status: Literal["completed", "patience"] = "completed"
         reason = f"ran {self.settings.rounds} round(s)"
         while (t := self.state().next_round) < self.settings.rounds:
+            stop_if_cancelled()
             if self.spent is not None and (stop := self.spent()):
                 reason = stop  # a run resumed after its last round spent the budget starts no new round
                 break

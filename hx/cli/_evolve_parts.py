@@ -1,4 +1,5 @@
-"""What ``hx evolve`` wires around the loop: progress on the terminal, approvals, the LLM stages, resumed jobs."""
+"""What ``hx evolve`` wires around the loop: progress on the terminal, approvals, the LLM stages, resumed jobs,
+and what it says when stopped (``StopNote``: what the ledger keeps, how to resume)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ from hx.runtime.code import CodeStore
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import CandidateProposed, HeldoutScored, RoundDecided
+from schemas.ledger import (
+    CandidateProposed,
+    HeldoutScored,
+    RoundDecided,
+)
 from streams.connection import Connection
 
 

@@ -22,9 +22,11 @@ from hx.aegis.settings import EvolveSettings
 from hx.aegis.variants import STRATEGIES
 from hx.bench.results import ResultsClaim
 from hx.bench.rollout import RolloutSettings
-from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
+from hx.cli._app import App, Terminated, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
-from hx.cli.run import choose_harness, new_run_id, select_tasks
+from hx.cli._stop_note import StopNote, on_stop
+from hx.cli.run import choose_harness, new_run_id, read_harness, select_tasks
+from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport
 from hx.runtime.models import ModelConfig
 from schemas.learn import PolicyGated, PolicyUpdated
@@ -99,6 +101,7 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
     ModelConfig(main=model).check()
     if meta_model:
         ModelConfig(main=meta_model).check()
+    given = read_harness(harness_path) if resume_id is None else None  # before the server starts or a claim
     settings = EvolveSettings(rounds=rounds, patience=patience, alpha=alpha, candidates=candidates,
                               strategy=strategy, max_variants=max_variants,  # type: ignore[arg-type]
                               heldout_every=heldout_every, risk_threshold=risk_threshold)
@@ -107,13 +110,16 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
     path = out or app.settings.data_dir / "results" / f"{run_id}.json"
     claim = ResultsClaim(path) if resume_id is None else None
     rollout = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed)
+    note = StopNote(run_id, "hx coevolve" if coevolve is not None else "hx evolve")
     try:
-        result = run(_evolve(app, run_id, list(benches), tasks, (heldout_tasks, heldout_split), model, harness_path,
+        result = run(_evolve(app, run_id, list(benches), tasks, (heldout_tasks, heldout_split), model, given,
                              evolver, meta_model, rollout, settings, approve, resume=resume_id is not None,
-                             coevolve=coevolve))
-    except BaseException:
+                             coevolve=coevolve, note=note))
+    except BaseException as exc:
         if claim is not None:
             claim.release()
+        if isinstance(exc, Terminated | KeyboardInterrupt):  # say what was kept and how to go on
+            click.echo(note.line("SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"), err=True)
         raise
     text = json.dumps(msgspec.to_builtins(result), indent=2) + "\n"
     if claim is not None:
@@ -133,16 +139,16 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
 
 
 async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: tuple[int, str], model: str,
-                  harness_path: Path | None, evolver_name: str, meta_model: str, rollout: RolloutSettings,
-                  settings: EvolveSettings, approve: bool, *, resume: bool,
-                  coevolve: Any = None) -> EvolutionReport:
-    async with app.connect() as conn:
+                  given: tuple[HarnessConfig, str] | None, evolver_name: str, meta_model: str, rollout: RolloutSettings,
+                  settings: EvolveSettings, approve: bool, *, resume: bool, coevolve: Any = None,
+                  note: StopNote) -> EvolutionReport:
+    async with app.connect() as conn, on_stop(conn, note):
         job: EvolveJob | None = await load_job(conn, run_id, app.settings.data_dir) if resume else None
         bench_specs = list(job.benches) if job else specs
         benches, _ = select_tasks(bench_specs, "dev", 1)
         try:
             if job is None:
-                harness, source = choose_harness(harness_path, benches)
+                harness, source = choose_harness(given, benches)
                 job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout[0], heldout_split=heldout[1],
                               model=model, harness=harness, harness_source=source, evolver=evolver_name,
                               meta_model=meta_model, rollout=rollout, settings=settings)

@@ -15,8 +15,9 @@ from types import TracebackType
 from typing import BinaryIO
 
 import click
+import msgspec
 
-from hx.aegis.export import render
+from hx.aegis.export import MARKER, ExportMarker, render
 from hx.aegis.export_fold import ExportError
 from hx.aegis.export_rounds import trajectory_name
 from hx.bench.splits import round_roles
@@ -39,38 +40,78 @@ OPEN_FILES = 64
 @click.option("--trajectories", is_flag=True,
               help="Also write each round's main-rollout attempts from the trace, conversations resolved "
                    "(R<n>/trajectories/TASK.ATTEMPT.jsonl).")
-@click.option("--force", is_flag=True, help="Replace DIR even when it is not empty (its contents are removed).")
+@click.option("--force", is_flag=True,
+              help="Replace DIR when an earlier hx export wrote it (it has the .hx-export marker); any other "
+                   "non-empty directory is refused.")
 @pass_app
 def export_command(app: App, run_id: str, directory: Path, trajectories: bool, force: bool) -> None:
     """Write RUN's evolution record to DIR, folded from its edit ledger.
 
     DIR gets INDEX.md, journal.md, curves.json, scoreboard.json, audit.jsonl, data/ and one
     R<n>/ folder per round (landscape, candidate cards, applied harnesses, decision, gate
-    verdicts, regressions, task digests). The same ledger gives the same bytes. The files
-    are written beside DIR first and moved into place at the end, so a failure leaves DIR
-    as it was.
+    verdicts, regressions, task digests) and the marker .hx-export. The same ledger gives
+    the same bytes. The files are written beside DIR first and moved into place at the end,
+    so a failure leaves DIR as it was. DIR is never hx's data dir, a folder containing it
+    or inside it, nor the current or home directory or a parent of them.
     """
-    target = check_target(directory, force=force)
+    target = check_target(directory, force=force, data_dir=app.settings.data_dir)
     count = run(_export(app, run_id, target, with_trajectories=trajectories, force=force))
     click.echo(f"exported run {run_id} to {directory} ({count} files)")
 
 
-def check_target(directory: Path, *, force: bool) -> Path:
-    """The absolute target directory, if it may be written: missing, empty, or not empty with ``force``."""
+def check_target(directory: Path, *, force: bool, data_dir: Path) -> Path:
+    """The absolute target directory, if an export may go there; else ``ExportError`` saying why.
+
+    Never hx's data dir, a folder containing it or one inside it, nor the current or home
+    directory or a parent of them. A missing or empty directory is written; a non-empty one
+    only when an earlier ``hx export`` wrote it (its ``.hx-export`` marker) and ``force`` is given.
+    """
     target = directory.expanduser().absolute()
     try:
+        real, data = target.resolve(), data_dir.expanduser().resolve()
+        if real == data or real in data.parents:
+            what = "is" if real == data else "contains"
+            raise ExportError(f"refusing to export into {directory}: it {what} hx's data dir ({data_dir})")
+        if data in real.parents:
+            raise ExportError(f"refusing to export into {directory}: it is inside hx's data dir ({data_dir})")
+        for name, place in (("the current directory", Path.cwd()), ("the home directory", _home())):
+            if place is not None and (real == place.resolve() or real in place.resolve().parents):
+                raise ExportError(f"refusing to export into {directory}: it is {name} or one of its parents")
         if target.exists() and not target.is_dir():
             raise ExportError(f"{directory} exists and is not a directory")
-        if target.is_dir() and any(target.iterdir()):
-            if not force:
-                raise ExportError(f"{directory} exists and is not empty; pass --force to replace it")
-            real, cwd = target.resolve(), Path.cwd().resolve()
-            if real == cwd or real in cwd.parents or real == Path.home().resolve():
-                raise ExportError(f"refusing to replace {directory}: it is the current directory, one of its "
-                                  "parents, or the home directory")
+        replaceable(target, directory, force=force)
     except OSError as exc:
         raise ExportError(f"cannot use {directory}: {exc.strerror or exc}") from None
     return target
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home()
+    except RuntimeError:  # no HOME and no passwd entry: there is no home to protect
+        return None
+
+
+def replaceable(target: Path, shown: Path, *, force: bool) -> bool:
+    """Whether ``target`` holds an earlier export to replace (False: missing or empty); else ``ExportError``.
+
+    A non-empty directory without a readable ``.hx-export`` marker is refused, ``force`` or not;
+    an earlier export is replaced only with ``force``.
+    """
+    if not target.is_dir() or not any(target.iterdir()):
+        return False
+    marker = target / MARKER
+    try:
+        if marker.is_symlink() or not marker.is_file():
+            raise ExportError(f"not an hx export: {shown} is not empty and has no {MARKER} (the marker hx export "
+                              "writes); refusing to replace it, --force or not")
+        found = ExportMarker.read(marker.read_bytes())
+    except msgspec.DecodeError:
+        raise ExportError(f"not an hx export: {shown}/{MARKER} is not the marker hx export writes; refusing to "
+                          "replace it, --force or not") from None
+    if not force:
+        raise ExportError(f"{shown} holds an earlier export (run {found.run_id}); pass --force to replace it")
+    return True
 
 
 class Staging:
@@ -98,16 +139,13 @@ class Staging:
             path.write_bytes(data)
 
     def commit(self, *, force: bool) -> None:
-        """Put the written directory in the target's place (a non-empty one only with ``force``; removed after)."""
+        """Put the written directory in the target's place (an earlier export only with ``force``; removed after)."""
         old: Path | None = None
-        if self.target.is_dir():
-            if any(self.target.iterdir()):
-                if not force:  # it filled up while we wrote
-                    raise ExportError(f"{self.target} is no longer empty; pass --force to replace it")
-                old = self.target.parent / f".{self.target.name}.replaced-{uuid.uuid4().hex[:12]}"
-                self.target.rename(old)
-            else:
-                self.target.rmdir()
+        if replaceable(self.target, self.target, force=force):  # checked again: it may have changed while we wrote
+            old = self.target.parent / f".{self.target.name}.replaced-{uuid.uuid4().hex[:12]}"
+            self.target.rename(old)
+        elif self.target.is_dir():
+            self.target.rmdir()
         try:
             self.path.rename(self.target)
         except OSError:

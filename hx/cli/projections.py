@@ -20,6 +20,7 @@ from hx.cli._app import App, named_projection, pass_app, quarantine_note, run, s
 from hx.replay.timetravel import AsOf, parse_as_of, run_marks
 from hx.replay.trace_rounds import TimeTravelError
 from projections.base import Projection
+from projections.failures import PROJECTION_FAILURES, ProjectionFailed, call_failed
 from projections.otel_spans import ExportFailed, OtelSpans, SpanExportRunner, otlp_exporter
 from projections.registry import BUILTINS, PROJECTIONS, available
 from projections.runner import START, ProjectionRunner
@@ -224,7 +225,7 @@ async def _start(runner: ProjectionRunner[Any], name: str, from_start: bool, fro
         if from_seq is not None and from_seq > last + 1:
             raise HxError(f"--from {from_seq} is past the end of {runner.projection.stream} "
                           f"(last sequence {last}; --from {last + 1} folds only new events)")
-        await runner.reset()
+        runner.restart()  # the stored checkpoint stays until this fold's first one replaces it
         if from_seq is not None and from_seq > 1:
             # Everything in messages before SEQ counts as seen: the first event folded is (SEQ, 0).
             runner.position = (from_seq - 1, _WHOLE)
@@ -273,7 +274,7 @@ async def _follow(runner: ProjectionRunner[Any], name: str) -> None:
                 # A timeout creating or inspecting the consumer gets out of EventLog.subscribe;
                 # the runner resumes from its position, so following again loses nothing.
                 log.debug("follow timed out while idle; following again", projection=name)
-    except ExportFailed:
+    except (ExportFailed, ProjectionFailed):  # its error line is the whole report
         failed = True
         raise
     finally:
@@ -287,7 +288,10 @@ def _view(runner: ProjectionRunner[Any]) -> None:
     """The projection's own short view of its state, when it offers one (a ``summary(state) -> str`` method)."""
     summary = getattr(runner.projection, "summary", None)
     if callable(summary):
-        text = str(summary(runner.state)).rstrip()
+        try:
+            text = str(summary(runner.state)).rstrip()
+        except PROJECTION_FAILURES as exc:  # a plugin's own failure (any exception, or its sys.exit)
+            raise call_failed(runner.projection, "summary()", exc) from exc
         if text:
             click.echo(text)
 

@@ -65,10 +65,16 @@ def select_tasks(specs: Sequence[str], split: str, tasks: int) -> tuple[list[Ben
     return list(benches.values()), ids
 
 
-def choose_harness(path: Path | None, benches: Sequence[Benchmark]) -> tuple[HarnessConfig, str]:
-    """The harness from ``--harness``, else the starter harness of the benchmarks' family."""
-    if path is not None:
-        return HarnessConfig.load(path), str(path)
+def read_harness(path: Path | None) -> tuple[HarnessConfig, str] | None:
+    """The harness ``--harness`` names and its source, read before anything is claimed or started (None: no file)."""
+    return (HarnessConfig.load(path), str(path)) if path is not None else None
+
+
+def choose_harness(given: tuple[HarnessConfig, str] | None,
+                   benches: Sequence[Benchmark]) -> tuple[HarnessConfig, str]:
+    """The harness read from ``--harness`` (``read_harness``), else the starter harness of the benchmarks' family."""
+    if given is not None:
+        return given
     families = sorted({b.family for b in benches})
     if len(families) != 1 or not families[0]:
         named = ", ".join(f"{b.name} ({b.family or 'no family'})" for b in benches)
@@ -117,9 +123,10 @@ def run_command(app: App, benches: tuple[str, ...], split: str, tasks: int, atte
     chosen_role: SplitRole = role or ("heldout" if split == "test" else "adaptation")
     models = ModelConfig(main=model)
     models.check()  # before anything is claimed, started or appended
+    given = read_harness(harness_path)  # so is a harness file that cannot be read
     claim = ResultsClaim(out or app.settings.data_dir / "results" / f"{run_id}.json")
     try:
-        outcome = run(_run(app, run_id, list(benches), split, tasks, models, harness_path, settings, chosen_role))
+        outcome = run(_run(app, run_id, list(benches), split, tasks, models, given, settings, chosen_role))
     except BaseException:
         claim.release()
         raise
@@ -138,10 +145,10 @@ def run_command(app: App, benches: tuple[str, ...], split: str, tasks: int, atte
 
 
 async def _run(app: App, run_id: str, specs: list[str], split: str, tasks: int, models: ModelConfig,
-               harness_path: Path | None, settings: RolloutSettings, role: SplitRole) -> RoundOutcome:
+               given: tuple[HarnessConfig, str] | None, settings: RolloutSettings, role: SplitRole) -> RoundOutcome:
     benches, ids = select_tasks(specs, split, tasks)
     try:
-        harness, source = choose_harness(harness_path, benches)
+        harness, source = choose_harness(given, benches)
         async with app.connect() as conn:
             where = f"embedded nats-server ({app.settings.data_dir})" if conn.server else mask_url(conn.url)
             total = len(ids) * settings.attempts

@@ -275,9 +275,14 @@ class HarnessConfig:
         if fmt is None:
             raise CompositionError(f"{p}: unknown config suffix {p.suffix!r}; use .json, .yaml or .toml")
         try:
-            text = p.read_text()
+            data = p.read_bytes()
         except OSError as exc:
             raise CompositionError(f"cannot read harness config {p}: {exc.strerror}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CompositionError(f"{p}: not a harness file: not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                                   f"offset {exc.start})") from None
         return cls.loads(text, fmt, where=str(p))
 
     def save(self, path: str | Path) -> Path:
