@@ -1,4 +1,9 @@
-"""``hx export`` end to end: a hand-built two-round ledger on a real nats-server, exported and read back."""
+"""``hx export``: the files rendered from a hand-built two-round ledger, and the command end to end on a real run.
+
+The hand-built ledger (every kind of round outcome, a revision, a build error, a fork) is
+rendered as ``hx export`` renders a run (``hx.aegis.export.render``) and read back; the command
+itself, which first verifies the run's ledger against the trace, runs on a real evolution run.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +11,26 @@ import asyncio
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
 import msgspec
 import pytest
-from hx_cli import error_line, hx, ok
+from audit_kit import EvolvedRun, evolved_run
+from hx_cli import error_line, ok
+from ledger_forger import ledger_of
 from ledger_run import attach
-from toybench import RANDOM, ToyBench
 
-from hx.aegis.ledger import Ledger
+from hx.aegis.export import render
+from hx.aegis.ledger import EvolutionLedger
 from hx.aegis.operations import buckets_of, dimensions_of
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.cli import export as export_cli
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harnesses import starter_harness
+from hx.replay.trace_rounds import trace_marks
 from schemas.edits import Anchor, Attach, Manifest
 from schemas.event import event_type
 from schemas.landscape import Continuity, FailureGroup, Landscape, Regression, TaskDigest
@@ -82,8 +90,11 @@ def proposal(rnd: int, cid: str, base: HarnessConfig, ops: tuple[Attach, ...], m
                              manifest=manifest, base_digest=base.digest, digest=apply(base, ops).digest, risk=0.1)
 
 
-async def build_ledger(url: str) -> dict[str, str]:
-    """A small realistic run: round 0 ships one candidate and rejects one, round 1 forks; held-out before/after."""
+def build_ledger() -> tuple[list[LedgerEvent], dict[str, str]]:
+    """A small realistic run: round 0 ships one candidate and rejects one, round 1 forks; held-out before/after.
+
+    Its events, chained as the ledger aggregate chains them, and each candidate's harness digest.
+    """
     h0 = starter_harness("textworld")
     pruner = (attach("action_pruner"),)
     h1 = apply(h0, pruner)
@@ -118,69 +129,59 @@ async def build_ledger(url: str) -> dict[str, str]:
                             operations=broken, buckets=("processor",), manifest=Manifest(predicted_flips=(D,)),
                             base_digest=h1.digest, digest="", risk=0.1, build_error=why)
     games = (GameScore(game="toy:walk", tasks=6, pass_at_1=0.25, pass_at_2=0.5),)
-    async with connect(NatsSettings(url=url)) as conn:
-        ledger = Ledger(conn, RUN)
-        try:
-            await ledger.start(LedgerOpened(run_id=RUN, strategy="ensemble", harness=h0.to_dict(), digest=h0.digest,
-                                            settings=settings, heldout_digest="sha256:heldout"))
-            await ledger.append(HeldoutScored(run_id=RUN, round=-1, trace_round=0, heldout_digest="sha256:heldout",
-                                              tasks=6, pass_at_1=0.25, pass_at_2=0.5, games=games))
-            await ledger.append(RoundDigested(run_id=RUN, round=0, actionability=0.5, digests=r0,
-                                              trace_rounds=(MAIN_TRACE_ROUNDS[0],)))
-            await ledger.append(LandscapePlanned(run_id=RUN, round=0, landscape=Landscape(
-                failures=(FailureGroup(category="invalid_action", tasks=(B,)),
-                          FailureGroup(category="no_progress", tasks=(D,))),
-                untried_buckets=("prompt", "tools", "config", "processor"))))
-            await ledger.append(c01, c02)
-            await ledger.append(CandidateRevised(
-                run_id=RUN, round=0, candidate="C-R0-02", reason="a predicted flip has no evidence anchor",
-                operations=objects_revised, manifest=m02r, digest=apply(h0, objects_revised).digest))
-            await ledger.append(CriticJudged(run_id=RUN, round=0, ranking=("C-R0-02", "C-R0-01"),
-                                             concerns=(CandidateConcern(candidate="C-R0-02",
-                                                                        concerns=("no evidence anchor",)),),
-                                             revisions=("C-R0-02",)))
-            await ledger.append(GateJudged(run_id=RUN, round=0, candidate="C-R0-02", variant="v0", passed=False,
-                                           checks=checks("seesaw", f"1 solved task(s) failed every retry, e.g. {C!r}"),
-                                           first_failure="seesaw", flips=(TaskFlip(task=C, before=True, after=False,
-                                                                                   attempts=6, passes=0),),
-                                           trace_rounds=(2,)))
-            await ledger.append(GateJudged(run_id=RUN, round=0, candidate="C-R0-01", variant="v0", passed=True,
-                                           checks=checks(), outcome="ship", trace_rounds=(3,), flips=(
-                                               TaskFlip(task=A, before=True, after=True, attempts=2, passes=2),
-                                               TaskFlip(task=B, before=False, after=True, attempts=2, passes=1))))
-            await ledger.append(HarnessShipped(run_id=RUN, round=0, variant="v0", candidates=("C-R0-01",),
-                                               digest_before=h0.digest, digest_after=h1.digest, operations=pruner,
-                                               harness=h1.to_dict()))
-            await ledger.append(RoundDecided(run_id=RUN, round=0, outcome="shipped", reason="shipped C-R0-01",
-                                             shipped=("C-R0-01",), metrics=RoundMetrics(
-                                                 tasks=4, passes=2, pass_at_k=0.5, rollouts=18,
-                                                 lever_mix={"processor": 1})))
-            await ledger.append(RoundDigested(run_id=RUN, round=1, actionability=0.5, digests=r1,
-                                              trace_rounds=(MAIN_TRACE_ROUNDS[1],)))
-            await ledger.append(LandscapePlanned(run_id=RUN, round=1, landscape=Landscape(
-                regressions=(Regression(task=A, variant="v0", since_round=0, suspects=("C-R0-01",)),),
-                failures=(FailureGroup(category="no_progress", tasks=(D,)),), tried_buckets=("processor",))))
-            await ledger.append(c11, c12)
-            await ledger.append(CriticJudged(run_id=RUN, round=1, ranking=("C-R1-01",), concerns=(
-                                                 CandidateConcern(candidate="C-R1-02", concerns=("does not build",)),),
-                                             strategy_concern="every ship so far is a processor edit",
-                                             banned=("action_pruner",)))
-            await ledger.append(GateJudged(run_id=RUN, round=1, candidate="C-R1-01", variant="v0", passed=True,
-                                           checks=checks("seesaw", "1 solved task(s) lost against 2 gained"),
-                                           first_failure="seesaw", outcome="fork", trace_rounds=(5,)))
-            await ledger.append(VariantForked(run_id=RUN, round=1, parent="v0", variant="v1", candidate="C-R1-01",
-                                              digest=h2.digest, operations=objects, harness=h2.to_dict(),
-                                              clusters=("toy:easy",)))
-            await ledger.append(RoundDecided(run_id=RUN, round=1, outcome="shipped", reason="shipped a fork",
-                                             metrics=RoundMetrics(tasks=4, passes=2, pass_at_k=0.5, predicted=1,
-                                                                  realised=1, attribution=1.0, regressions=1,
-                                                                  rollouts=12, lever_mix={"processor": 2})))
-            await ledger.append(HeldoutScored(run_id=RUN, round=1, trace_round=6, heldout_digest="sha256:heldout",
-                                              tasks=6, pass_at_1=0.5, pass_at_2=0.75, games=games))
-            await ledger.append(EvolutionFinished(run_id=RUN, rounds=2, reason="ran 2 round(s)"))
-        finally:
-            await ledger.close()
-    return {"C-R0-01": c01.digest, "C-R0-02": apply(h0, objects_revised).digest, "C-R1-01": c11.digest}
+    ledger = EvolutionLedger(LedgerOpened(run_id=RUN, strategy="ensemble", harness=h0.to_dict(), digest=h0.digest,
+                                          settings=settings, heldout_digest="sha256:heldout"))
+
+    def append(*events: LedgerEvent) -> None:
+        for event in events:
+            ledger.record(event)
+
+    append(HeldoutScored(run_id=RUN, round=-1, trace_round=0, heldout_digest="sha256:heldout", tasks=6,
+                         pass_at_1=0.25, pass_at_2=0.5, games=games))
+    append(RoundDigested(run_id=RUN, round=0, actionability=0.5, digests=r0, trace_rounds=(MAIN_TRACE_ROUNDS[0],)))
+    append(LandscapePlanned(run_id=RUN, round=0, landscape=Landscape(
+        failures=(FailureGroup(category="invalid_action", tasks=(B,)), FailureGroup(category="no_progress",
+                                                                                    tasks=(D,))),
+        untried_buckets=("prompt", "tools", "config", "processor"))))
+    append(c01, c02)
+    append(CandidateRevised(run_id=RUN, round=0, candidate="C-R0-02", reason="a predicted flip has no evidence anchor",
+                            operations=objects_revised, manifest=m02r, digest=apply(h0, objects_revised).digest))
+    append(CriticJudged(run_id=RUN, round=0, ranking=("C-R0-02", "C-R0-01"), concerns=(
+        CandidateConcern(candidate="C-R0-02", concerns=("no evidence anchor",)),), revisions=("C-R0-02",)))
+    append(GateJudged(run_id=RUN, round=0, candidate="C-R0-02", variant="v0", passed=False,
+                      checks=checks("seesaw", f"1 solved task(s) failed every retry, e.g. {C!r}"),
+                      first_failure="seesaw", flips=(TaskFlip(task=C, before=True, after=False, attempts=6,
+                                                              passes=0),), trace_rounds=(2,)))
+    append(GateJudged(run_id=RUN, round=0, candidate="C-R0-01", variant="v0", passed=True, checks=checks(),
+                      outcome="ship", trace_rounds=(3,), flips=(
+                          TaskFlip(task=A, before=True, after=True, attempts=2, passes=2),
+                          TaskFlip(task=B, before=False, after=True, attempts=2, passes=1))))
+    append(HarnessShipped(run_id=RUN, round=0, variant="v0", candidates=("C-R0-01",), digest_before=h0.digest,
+                          digest_after=h1.digest, operations=pruner, harness=h1.to_dict()))
+    append(RoundDecided(run_id=RUN, round=0, outcome="shipped", reason="shipped C-R0-01", shipped=("C-R0-01",),
+                        metrics=RoundMetrics(tasks=4, passes=2, pass_at_k=0.5, rollouts=18,
+                                             lever_mix={"processor": 1})))
+    append(RoundDigested(run_id=RUN, round=1, actionability=0.5, digests=r1, trace_rounds=(MAIN_TRACE_ROUNDS[1],)))
+    append(LandscapePlanned(run_id=RUN, round=1, landscape=Landscape(
+        regressions=(Regression(task=A, variant="v0", since_round=0, suspects=("C-R0-01",)),),
+        failures=(FailureGroup(category="no_progress", tasks=(D,)),), tried_buckets=("processor",))))
+    append(c11, c12)
+    append(CriticJudged(run_id=RUN, round=1, ranking=("C-R1-01",), concerns=(
+        CandidateConcern(candidate="C-R1-02", concerns=("does not build",)),),
+        strategy_concern="every ship so far is a processor edit", banned=("action_pruner",)))
+    append(GateJudged(run_id=RUN, round=1, candidate="C-R1-01", variant="v0", passed=True,
+                      checks=checks("seesaw", "1 solved task(s) lost against 2 gained"), first_failure="seesaw",
+                      outcome="fork", clusters=("toy:easy",), trace_rounds=(5,)))
+    append(VariantForked(run_id=RUN, round=1, parent="v0", variant="v1", candidate="C-R1-01", digest=h2.digest,
+                         operations=objects, harness=h2.to_dict(), clusters=("toy:easy",)))
+    append(RoundDecided(run_id=RUN, round=1, outcome="shipped", reason="shipped a fork", metrics=RoundMetrics(
+        tasks=4, passes=2, pass_at_k=0.5, predicted=1, realised=1, attribution=1.0, regressions=1, rollouts=12,
+        lever_mix={"processor": 2})))
+    append(HeldoutScored(run_id=RUN, round=1, trace_round=6, heldout_digest="sha256:heldout", tasks=6,
+                         pass_at_1=0.5, pass_at_2=0.75, games=games))
+    append(EvolutionFinished(run_id=RUN, rounds=2, reason="ran 2 round(s)"))
+    return ledger.records, {"C-R0-01": c01.digest, "C-R0-02": apply(h0, objects_revised).digest,
+                            "C-R1-01": c11.digest}
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -191,15 +192,24 @@ def links(md: Path) -> list[Path]:
     return [md.parent / unquote(target) for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text())]
 
 
-@pytest.fixture
-def run_ledger(nats_url: str) -> dict[str, str]:
-    return asyncio.run(build_ledger(nats_url))
+def written(root: Path, files: dict[str, bytes]) -> Path:
+    """``files`` (by relative path) written under ``root``, as ``hx export`` writes them."""
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
 
 
-def test_export_writes_the_run_directory_from_the_ledger(nats_url: str, run_ledger: dict[str, str],
-                                                         tmp_path: Path) -> None:
-    out = tmp_path / "export"
-    assert "exported run evo-export" in ok(hx("--nats-url", nats_url, "export", RUN, str(out))).stdout
+@pytest.fixture(scope="module")
+def evolved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvolvedRun]:
+    """A real two-round evolution run (the tests export it, and write nothing to it)."""
+    with evolved_run(tmp_path_factory.mktemp("export"), "evo-exported") as run:
+        yield run
+
+
+def test_export_writes_the_run_directory_from_the_ledger(tmp_path: Path) -> None:
+    records, run_ledger = build_ledger()
+    out = written(tmp_path / "export", render(records))
     files = tree(out)
     for name in ("INDEX.md", "journal.md", "curves.json", "scoreboard.json", "audit.jsonl", "data/task_history.jsonl",
                  "data/ship_outcomes.json", "data/rejected_candidates.jsonl", "R0/landscape.md", "R0/decision.md",
@@ -287,31 +297,34 @@ def test_export_writes_the_run_directory_from_the_ledger(nats_url: str, run_ledg
     assert "## Round 0: shipped" in journal and "gate: C-R0-02 failed at seesaw" in journal
     assert "Held-out before the first round" in journal
 
-    again = tmp_path / "again"
-    ok(hx("--nats-url", nats_url, "export", RUN, str(again)))
-    assert tree(again) == files  # the same ledger, the same bytes
+    assert tree(written(tmp_path / "again", render(records))) == files  # the same ledger, the same bytes
 
 
-def test_export_refuses_a_missing_run_and_a_non_empty_directory(nats_url: str, run_ledger: dict[str, str],
-                                                                tmp_path: Path) -> None:
-    assert error_line(hx("--nats-url", nats_url, "export", "nope", str(tmp_path / "x"))) == \
-        "error: run 'nope' has no ledger"
+def test_the_command_writes_what_render_makes_of_the_verified_ledger(evolved: EvolvedRun, tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    assert f"exported run {evolved.run_id}" in ok(evolved.hx("export", evolved.run_id, str(out))).stdout
+    records = asyncio.run(ledger_of(evolved.url, evolved.run_id))
+    assert tree(out) == render([e.event for e in records.entries])
+
+
+def test_export_refuses_a_missing_run_and_a_non_empty_directory(evolved: EvolvedRun, tmp_path: Path) -> None:
+    assert error_line(evolved.hx("export", "nope", str(tmp_path / "x"))) == \
+        "error: run 'nope' has no ledger (no evolution run of that id is on HX_LEDGER)"
     assert not (tmp_path / "x").exists()
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("mine")
     for force in ((), ("--force",)):  # not an export: refused either way (tests/test_export_target.py has more)
-        assert "not an hx export" in error_line(hx("--nats-url", nats_url, "export", RUN, str(busy), *force))
+        assert "not an hx export" in error_line(evolved.hx("export", evolved.run_id, str(busy), *force))
         assert [p.name for p in busy.iterdir()] == ["keep.txt"]
     empty = tmp_path / "empty"
     empty.mkdir()
-    ok(hx("--nats-url", nats_url, "export", RUN, str(empty)))
+    ok(evolved.hx("export", evolved.run_id, str(empty)))
     assert (empty / "journal.md").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "empty", "nats"]  # no scratch left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "empty"]  # no scratch left behind
 
 
-def test_a_failure_mid_way_leaves_no_directory_and_a_one_line_error(nats_url: str, run_ledger: dict[str, str],
-                                                                    tmp_path: Path,
+def test_a_failure_mid_way_leaves_no_directory_and_a_one_line_error(evolved: EvolvedRun, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     write = export_cli.Staging.write
 
@@ -320,45 +333,45 @@ def test_a_failure_mid_way_leaves_no_directory_and_a_one_line_error(nats_url: st
         raise OSError(28, "No space left on device", str(self.path / "journal.md"))
 
     monkeypatch.setattr(export_cli.Staging, "write", full_disk)
-    line = error_line(hx("--nats-url", nats_url, "export", RUN, str(tmp_path / "out")))
+    line = error_line(evolved.hx("export", evolved.run_id, str(tmp_path / "out")))
     assert "No space left on device" in line and "nothing was exported" in line
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["nats"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-async def run_main_rounds(url: str) -> dict[int, list[tuple[str, int]]]:
-    """The two main rollouts the ledger's digests name, for real, on the toy benchmark."""
+async def main_attempts(url: str, run_id: str) -> dict[int, dict[int, list[tuple[str, int]]]]:
+    """Evolution round -> its main rollouts' trace rounds -> their (task, attempt)s, read off the trace."""
     async with connect(NatsSettings(url=url)) as conn:
-        rollout = Rollout(ToyBench(), RANDOM, starter_harness("textworld"), log=conn.log,
-                          settings=RolloutSettings(attempts=2, concurrency=4, max_steps=8))
-        await rollout.start(RUN, kind="evolve")
-        attempts = {}
-        for stage, trace_round in MAIN_TRACE_ROUNDS.items():
-            outcome = await rollout.run_round(RUN, trace_round, [A, B, C, D], label=RoundLabel(
-                purpose="main", variant="v0", stage_round=stage))
-            attempts[stage] = sorted((r.task_id, r.attempt) for r in outcome.results)
-        await rollout.run_round(RUN, 5, [A, B], label=RoundLabel(purpose="gate", variant="v0", candidate="C-R1-01",
-                                                                 stage_round=1))
-        await rollout.finish(RUN, rounds=2)
-    return attempts
+        marks = await trace_marks(conn.log, run_id)
+        out: dict[int, dict[int, list[tuple[str, int]]]] = {}
+        for n, tr in marks.items():
+            if tr.started.purpose == "main" and tr.started.split != "heldout" and tr.finished is not None:
+                out.setdefault(tr.started.stage_round, {})[n] = sorted(
+                    (m.task_id, m.attempt) for m in tr.finished.outcomes)
+    return out
 
 
-def test_trajectories_are_the_main_rollouts_attempts_with_resolved_conversations(nats_url: str,
+def test_trajectories_are_the_main_rollouts_attempts_with_resolved_conversations(evolved: EvolvedRun,
                                                                                   tmp_path: Path) -> None:
-    attempts = asyncio.run(run_main_rounds(nats_url))
-    asyncio.run(build_ledger(nats_url))
+    mains = asyncio.run(main_attempts(evolved.url, evolved.run_id))
     out = tmp_path / "export"
-    ok(hx("--nats-url", nats_url, "export", RUN, str(out), "--trajectories"))
-    for stage, trace_round in MAIN_TRACE_ROUNDS.items():
+    ok(evolved.hx("export", evolved.run_id, str(out), "--trajectories"))
+    assert mains and sorted(mains) == [0, 1]
+    index = (out / "INDEX.md").read_text()
+    for stage, rounds in mains.items():
         folder = out / f"R{stage}" / "trajectories"
+        attempts = [a for done in rounds.values() for a in done]
         assert sorted(p.name for p in folder.iterdir()) == sorted(
-            f"{task.replace(':', '_')}.{attempt}.jsonl" for task, attempt in attempts[stage])
-        lines = [json.loads(line) for line in (folder / "toy_walk_dev_100.0.jsonl").read_text().splitlines()]
+            f"{task.replace(':', '_')}.{attempt}.jsonl" for task, attempt in attempts)
+        assert f"[trajectories ({len(attempts)})](R{stage}/trajectories/)" in index
+        trace_round, done = next(iter(rounds.items()))
+        task, attempt = done[0]
+        name = f"{task.replace(':', '_')}.{attempt}.jsonl"
+        lines = [json.loads(line) for line in (folder / name).read_text().splitlines()]
         assert lines[0]["type"] == AttemptStarted.TYPE and lines[-1]["type"] == AttemptFinished.TYPE
-        assert {line["subject"] for line in lines} == {f"hx.trace.{RUN}.{trace_round}.{A}.0"}
+        assert {line["subject"] for line in lines} == {f"hx.trace.{evolved.run_id}.{trace_round}.{task}.{attempt}"}
         conversations = [line["event"] for line in lines if line["type"] == "model.request"]
         assert conversations and all(c["messages"] and c.get("history") is None for c in conversations)
-        digest_page = (out / f"R{stage}" / "digests" / "toy_walk_dev_100.md").read_text()
-        assert "](../trajectories/toy_walk_dev_100.0.jsonl)" in digest_page
-    assert "trajectories (8)" in (out / "INDEX.md").read_text()
+        digest_page = (out / f"R{stage}" / "digests" / f"{task.replace(':', '_')}.md").read_text()
+        assert f"](../trajectories/{name})" in digest_page
     for md in out.rglob("*.md"):
         assert all(p.exists() for p in links(md)), md
