@@ -619,6 +619,10 @@ class RunLedger(msgspec.Struct):
                 out.append(Regression(task=d.task, variant=d.variant, since_round=round - 1, suspects=suspects))
         return tuple(out)
 
+    def entry_of(self, event: LedgerEvent) -> LedgerEntry:
+        """The entry (position, sequence) of an event the fold took."""
+        return next(e for e in self.entries if e.event is event)
+
     @property
     def first_fault(self) -> Fault | None:
         """The fault at the earliest position (None when the ledger folded whole)."""

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from pathlib import Path
 from typing import get_args
 
+import pytest
 import toyworld  # noqa: F401 - registers the toy benchmark with the in-process command
 from click.testing import Result
 from hx_cli import error_line, hx
+from ledger_forger import ledger_of
 
 from schemas.ledger import RoundOutcome
 
@@ -132,3 +135,21 @@ def test_approve_at_the_terminal_records_the_answer_on_the_ledger(tmp_path: Path
     shipped = {c for r in of["harness_shipped"] for c in r["candidates"]} | {r["candidate"] for r in
                                                                             of["variant_forked"]}
     assert shipped == {g["candidate"] for g in of["approval_given"]}  # shipped exactly what was approved
+
+
+@pytest.mark.slow
+def test_a_finished_runs_waiting_candidate_is_not_approved(nats_url: str, tmp_path: Path) -> None:
+    """A candidate that waits for a human when its run finished can never ship: ``hx approve`` says so, and writes
+    nothing (it used to print "approved" and exit 0)."""
+    base = ("--nats-url", nats_url, "--data-dir", str(tmp_path / "data"))
+    result = hx(*base, "evolve", "--bench", "toyworld:rooms", "--bench", "toyworld:bell", "--tasks", "8",
+                "--heldout-tasks", "2", "--rounds", "1", "--max-steps", "20", "--seed", "3", "--risk-threshold",
+                "0.05", "--run-id", "evo-waiting")
+    assert result.exit_code == 0, result.output
+    ledger = asyncio.run(ledger_of(nats_url, "evo-waiting"))
+    waiting = [c.id for c in ledger.candidates.values() if c.waiting]
+    assert ledger.finished is not None and waiting
+    before = ledger.last_position
+    line = error_line(hx(*base, "approve", "evo-waiting", waiting[0]))
+    assert f"run 'evo-waiting' finished (completed, event {before}): nothing would ever ship {waiting[0]}" in line
+    assert asyncio.run(ledger_of(nats_url, "evo-waiting")).last_position == before

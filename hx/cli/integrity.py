@@ -73,14 +73,14 @@ def verify(app: App) -> None:
     for name, found in findings.items():
         table.add_row(name, "\n".join(found) if found else "whole")
     stdout_console().print(table)
-    runs = Table(title=f"run ledgers on {LEDGER.name}", header_style="bold")
-    runs.add_column("run")
-    runs.add_column("ledger")
+    if ledgers:  # plain lines, one a problem: they name events, and a table would wrap them
+        click.echo(f"run ledgers on {LEDGER.name}:")
     for run_id, found in ledgers.items():
-        runs.add_row(run_id, "\n".join(found[:5] + ([f"... {len(found) - 5} more: hx audit verify {run_id}"]
-                                                    if len(found) > 5 else [])) if found else "verifies")
-    if ledgers:
-        stdout_console().print(runs)
+        click.echo(f"  {run_id}: " + ("verifies" if not found else f"{len(found)} problem(s)"))
+        for problem in found[:5]:
+            click.echo(f"    {problem}")
+        if len(found) > 5:
+            click.echo(f"    ... {len(found) - 5} more: hx audit verify {run_id}")
     broken = [name for name, found in findings.items() if found] + [r for r, found in ledgers.items() if found]
     if broken:
         raise HxError(f"{', '.join(broken)} cannot be used as they are; see above")

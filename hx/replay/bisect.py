@@ -3,7 +3,7 @@
 The edits are the ships (and the fork, when the task's variant was forked in between) of the
 task's variant lineage recorded in rounds ``A`` .. ``B-1``, in ledger order: exactly what
 turned the harness the task ran in round ``A`` into the one it ran in round ``B``. Starting
-from round ``A``'s harness, each edit is applied with ``hx.aegis.operations.apply`` and the
+from round ``A``'s harness, each edit is applied with ``hx.harness.edits.apply`` and the
 task is run again under the intermediate harness, through the same rollout code and with the
 run's model spec, settings and attempt seeds (``attempt_seed(run seed, task, attempt)``, the
 attempts its main rollouts used): with a seeded agent and environment a re-run under round

@@ -4,7 +4,7 @@ The harness diff is computed from the two versions themselves, per singleton gro
 only in the later harness is an ``attach``, one only in the earlier a ``remove``, another
 processor type (or other hooks) a ``replace``, other parameters a ``reparam`` of just the
 changed ones. These are the ledger's own edit operations (``schemas.edits``), so applying
-them to the earlier harness (``hx.aegis.operations.apply``) gives the later one, which the
+them to the earlier harness (``hx.harness.edits.apply``) gives the later one, which the
 diff checks; the ships recorded between the rounds are listed beside it as the ledger has them.
 
 The trajectory diff reads only the task's attempt subjects in the two rounds' main rollouts

@@ -32,7 +32,7 @@ from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from projections.ledger import HarnessVersion, LedgerEntry, RunLedger, ShipRecord
 from schemas.edits import AnyEditOp
-from schemas.ledger import HarnessShipped, HeldoutScored, VariantForked, ledger_digest
+from schemas.ledger import HarnessShipped, VariantForked, ledger_digest
 from streams.signing import verify
 
 DEFAULT_RISK_THRESHOLD = 0.7
@@ -278,18 +278,18 @@ def check_decisions(ledger: RunLedger) -> tuple[int, list[Problem]]:
             continue
         made = {c for s in rnd.ships for c in s.candidates}
         stray = [c for c in decided.shipped if c not in made]
-        at = next((e.position for e in ledger.entries if e.event is decided), 0)
+        at = ledger.entry_of(decided).position
         if stray:
             problems.append(Problem("decision", f"event {at} (ledger.round_decided): round {n} says it shipped "
                                                 f"{', '.join(stray)}, which no ship of the round carried", at))
         if decided.shipped and decided.outcome != "shipped":
             problems.append(Problem("decision", f"event {at} (ledger.round_decided): round {n} lists ships but its "
                                                 f"outcome is {decided.outcome!r}", at))
-    for entry in ledger.entries:
-        ev = entry.event
-        if isinstance(ev, HeldoutScored) and ev.heldout_digest != ledger.opened.heldout_digest:
-            problems.append(Problem("decision", f"{entry.label}: scores held-out split {ev.heldout_digest[:19]}, not "
-                                                f"the run's frozen split {ledger.opened.heldout_digest[:19]}",
+    for scored in ledger.heldout:
+        if scored.heldout_digest != ledger.opened.heldout_digest:
+            entry = ledger.entry_of(scored)
+            problems.append(Problem("decision", f"{entry.label}: scores held-out split {scored.heldout_digest[:19]}, "
+                                                f"not the run's frozen split {ledger.opened.heldout_digest[:19]}",
                                     entry.position))
     return consistent, problems
 

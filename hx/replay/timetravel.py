@@ -25,7 +25,6 @@ from projections.ledger import HarnessVersion, LedgerEntry, RunLedger, read_run_
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
 from schemas.envelope import HX_TIME
-from schemas.ledger import RoundDecided
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 from streams.topology import LEDGER, TRACE, trace_filter
@@ -84,7 +83,7 @@ class RunMarks:
 
     def decided(self) -> dict[int, LedgerEntry]:
         """Evolution round -> the entry of its ``RoundDecided``."""
-        return {e.event.round: e for e in self.ledger if isinstance(e.event, RoundDecided)}
+        return {n: self.fold.entry_of(d) for n, d in self.fold.decisions.items()} if self.fold is not None else {}
 
     def rounds(self) -> list[int]:
         """The run's rounds: decided evolution rounds, or the trace rounds of a plain run."""

@@ -26,7 +26,7 @@ from hx.replay.ledger_checks import Problem
 from hx.replay.trace_rounds import TraceRound, Verdicts, outcomes, trace_marks
 from projections.ledger import CandidateRecord, LedgerEntry, RunLedger
 from schemas.edits import Anchor
-from schemas.ledger import CandidateProposed, CandidateRevised, GateJudged, HeldoutScored, RoundDigested
+from schemas.ledger import LedgerEvent
 from streams.log import EventLog
 from streams.topology import TRACE
 
@@ -54,21 +54,22 @@ async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
     marks = await trace_marks(log, run_id)
     out = TraceCheck()
     cited: set[int] = set()
-    for entry in ledger.entries:
-        ev = entry.event
-        if isinstance(ev, RoundDigested):
-            bad = _cited(out, marks, entry, ev.trace_rounds, purpose="main", stage=ev.round)
-            if bad:
-                out.bad_rounds.add(ev.round)
-            cited.update(ev.trace_rounds)
-        elif isinstance(ev, HeldoutScored):
-            _cited(out, marks, entry, (ev.trace_round,), purpose="heldout", stage=None)
-            cited.add(ev.trace_round)
-        elif isinstance(ev, GateJudged):
-            if _cited(out, marks, entry, ev.trace_rounds, purpose="gate", stage=ev.round, candidate=ev.candidate,
-                      variant=ev.variant):
-                out.bad_candidates.add(ev.candidate)
-            cited.update(ev.trace_rounds)
+    for rnd in ledger.ordered():
+        if rnd.digested is not None:
+            if _cited(out, marks, ledger.entry_of(rnd.digested), rnd.digested.trace_rounds, purpose="main",
+                      stage=rnd.round):
+                out.bad_rounds.add(rnd.round)
+            cited.update(rnd.digested.trace_rounds)
+    for scored in ledger.heldout:
+        _cited(out, marks, ledger.entry_of(scored), (scored.trace_round,), purpose="heldout", stage=None)
+        cited.add(scored.trace_round)
+    for cand in ledger.candidates.values():
+        gate = cand.gate
+        if gate is not None:
+            if _cited(out, marks, ledger.entry_of(gate), gate.trace_rounds, purpose="gate", stage=gate.round,
+                      candidate=gate.candidate, variant=gate.variant):
+                out.bad_candidates.add(gate.candidate)
+            cited.update(gate.trace_rounds)
     out.rounds = len(cited & set(marks))
     gated = [c for c in ledger.candidates.values() if c.gate is not None and c.id not in out.bad_candidates
              and any(check.name == "seesaw" for check in c.gate.checks)]
@@ -81,7 +82,7 @@ async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
             out.bad_candidates.add(cand.id)
         else:
             out.recomputed += 1
-    await _anchors(out, AnchorResolver(log, run_id), ledger.entries)
+    await _anchors(out, AnchorResolver(log, run_id), ledger)
     out.problems.sort(key=lambda p: p.position)
     return out
 
@@ -183,12 +184,17 @@ def _fresh(solved: Sequence[str], flips: Sequence[str], rounds: Sequence[Verdict
     return Fresh(solved={t: tries[t] for t in solved}, flips={t: tries[t] for t in flips}, retries=more)
 
 
-async def _anchors(out: TraceCheck, resolver: AnchorResolver, entries: Sequence[LedgerEntry]) -> None:
-    for entry in entries:
-        ev = entry.event
-        evidence: tuple[Anchor, ...] = (
-            ev.manifest.evidence if isinstance(ev, CandidateProposed | CandidateRevised) else
-            tuple(a for d in ev.digests for a in d.evidence) if isinstance(ev, RoundDigested) else ())
+async def _anchors(out: TraceCheck, resolver: AnchorResolver, ledger: RunLedger) -> None:
+    """Resolve the evidence of every candidate (as proposed and as revised) and every round digest."""
+    cited: list[tuple[LedgerEvent, tuple[Anchor, ...], str]] = []
+    for cand in ledger.candidates.values():
+        cited.append((cand.first, cand.first.manifest.evidence, cand.id))
+        if cand.revision is not None:
+            cited.append((cand.revision, cand.revision.manifest.evidence, cand.id))
+    cited += [(r.digested, tuple(a for d in r.digested.digests for a in d.evidence), "")
+              for r in ledger.ordered() if r.digested is not None]
+    for event, evidence, candidate in sorted(cited, key=lambda c: ledger.entry_of(c[0]).position):
+        entry = ledger.entry_of(event)
         for resolved in await resolver.resolve_all(evidence):
             if resolved.resolved:
                 out.anchors += 1
@@ -197,5 +203,5 @@ async def _anchors(out: TraceCheck, resolver: AnchorResolver, entries: Sequence[
             out.problems.append(Problem("input", f"{entry.label}: evidence anchor {a.seq}:{a.index} "
                                                  f"({a.note or 'no note'}) is unresolved: {resolved.problem}",
                                         entry.position))
-            if isinstance(ev, CandidateProposed | CandidateRevised):
-                out.bad_candidates.add(ev.candidate)
+            if candidate:
+                out.bad_candidates.add(candidate)
