@@ -145,6 +145,11 @@ def test_a_run_or_round_that_does_not_exist_is_one_error_line(evolved: EvolvedRu
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_text('{"type": "ledger.opened", "event": {"run_id": 3}}\n')
     assert "line 1 is not a ledger event" in error_line(evolved.hx("audit", "verify", "--file", str(garbage)))
+    binary = tmp_path / "audit.jsonl"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")  # not text at all: one line, not a UnicodeDecodeError
+    assert error_line(evolved.hx("audit", "verify", "--file", str(binary))) == (
+        f"error: {binary} is not a ledger copy: byte 0 is not UTF-8 text (a JSON-lines audit.jsonl or hx log dump "
+        "output is)")
     assert evolved.hx("audit", "verify").exit_code == 2  # neither RUN nor --file: a usage error
 
 
