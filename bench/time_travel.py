@@ -45,7 +45,7 @@ from hx.harnesses import starter_harness
 from hx.replay.timetravel import AsOf, run_marks
 from hx.runtime.models import ModelConfig
 from projections.base import Projection
-from projections.ledger import EditLedger
+from projections.ledger_reader import EditLedger
 from projections.runner import ProjectionRunner
 from projections.snapshots import SNAPSHOT_EVERY, Snapshots
 from projections.task_history import TaskHistory

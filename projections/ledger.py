@@ -17,22 +17,27 @@ or skipped, a first event that is not ``ledger.opened``, an event after
 made, a ``prev`` that is not the digest of the event before) is a ``Fault`` naming the event,
 and is not applied. A command that must not act on such a ledger refuses it by its first fault.
 
-``EditLedger`` is the same fold as a projection of the whole ``HX_LEDGER`` stream (every run),
-for ``hx projections`` and time travel; ``read_run_ledger`` reads one run with its subject filter.
+What the fold keeps is in ``projections.ledger_records``; ``projections.ledger_reader`` reads a
+run's ledger off ``HX_LEDGER`` into it, and folds the whole stream as the ``edit_ledger`` projection.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
 
 import msgspec
 
-from projections.base import Projection
-from schemas.edits import AnyEditOp, Attach, Bucket, Manifest, Remove, Replace
-from schemas.envelope import Record, decode_body, encode_body
-from schemas.errors import HxError
+from projections.ledger_records import (
+    CandidateRecord,
+    Fault,
+    HarnessVersion,
+    LedgerEntry,
+    RoundRecords,
+    Ship,
+    ShipRecord,
+    Variant,
+    revised,
+)
 from schemas.landscape import Regression, TaskDigest
 from schemas.ledger import (
     ApprovalGiven,
@@ -54,236 +59,6 @@ from schemas.ledger import (
     VariantRetired,
     ledger_digest,
 )
-from streams.edit_ledger import LAYOUT, ledger_filter, ledger_id, position_of
-from streams.log import EventLog
-from streams.topology import LEDGER
-
-ShipEvent = HarnessShipped | VariantForked
-
-
-def lever_of(op: AnyEditOp) -> str:
-    """The lever an operation pulls: a processor type attached or swapped in, or an edit of a group."""
-    if isinstance(op, Attach | Replace):
-        return op.processor
-    if isinstance(op, Remove):
-        return f"remove:{op.group}"
-    return f"reparam:{op.group}"
-
-
-def levers_of(operations: Iterable[AnyEditOp]) -> tuple[str, ...]:
-    """The levers some operations pull, each once, in order."""
-    return tuple(dict.fromkeys(lever_of(op) for op in operations))
-
-
-def revised(proposal: CandidateProposed, revision: CandidateRevised) -> CandidateProposed:
-    """The proposal as a revision left it."""
-    return msgspec.structs.replace(proposal, operations=revision.operations, manifest=revision.manifest,
-                                   digest=revision.digest, build_error=revision.build_error)
-
-
-# --- what the fold keeps ---------------------------------------------------------------------
-
-
-class LedgerEntry(msgspec.Struct, frozen=True):
-    """One ledger event of a run with its place: its position in the run's ledger and its stream sequence."""
-
-    position: int
-    """1 for the run's ``ledger.opened``; the aggregate version its subject names."""
-    seq: int
-    """The ``HX_LEDGER`` message sequence (0 when folded from memory or read from a file)."""
-    event: LedgerEvent
-
-    @property
-    def type(self) -> str:
-        """The event's type name."""
-        return type(self.event).TYPE
-
-    @property
-    def label(self) -> str:
-        """``event 17 (ledger.gate_judged)``: how problems and listings name it."""
-        return f"event {self.position} ({self.type})"
-
-
-class Fault(msgspec.Struct, frozen=True):
-    """An event the fold could not take, and why: what a command refuses a ledger for."""
-
-    position: int
-    type: str
-    text: str
-    kind: str = "structure"
-    """``structure`` (an event that makes no sense where it is), ``duplicate`` (a position written twice),
-    ``dropped`` (positions missing), ``reordered`` (a position after a later one), ``chain`` (``prev`` is not the
-    digest of the event before)."""
-    seq: int = 0
-
-    @property
-    def label(self) -> str:
-        """``event 17 (ledger.gate_judged)``."""
-        return f"event {self.position} ({self.type})"
-
-    def __str__(self) -> str:
-        return f"{self.label}: {self.text}"
-
-
-class HarnessVersion(msgspec.Struct):
-    """One version of a variant's harness, and where it came from."""
-
-    round: int
-    """The evolution round it was shipped in (-1: the initial harness)."""
-    position: int
-    """The ledger position of the event that made it."""
-    seq: int
-    digest: str
-    harness: dict[str, Any]
-    """The harness as ``HarnessConfig.to_dict``, as the ledger recorded it."""
-    kind: str = "opened"
-    """``opened`` (the initial harness), ``ship`` or ``fork``."""
-    candidates: list[str] = []
-    operations: tuple[AnyEditOp, ...] = ()
-    """The operations that made it from ``base``."""
-    base: str = ""
-    """The digest of the harness the operations were applied to (the variant's, or the parent's for a fork)."""
-
-
-class Variant(msgspec.Struct):
-    """A variant: its versions in order, its parent, when it was born and retired."""
-
-    name: str
-    versions: list[HarnessVersion] = []
-    parent: str = ""
-    born: int = -1
-    retired_round: int | None = None
-    retired_position: int = 0
-
-    @property
-    def current(self) -> HarnessVersion:
-        """The latest version."""
-        return self.versions[-1]
-
-    @property
-    def retired(self) -> bool:
-        """True once the variant left the pool."""
-        return self.retired_round is not None
-
-    def before(self, position: int) -> HarnessVersion | None:
-        """The version in force just before ledger ``position`` (None: the variant did not exist yet)."""
-        live = [v for v in self.versions if v.position < position]
-        return live[-1] if live else None
-
-    def during(self, round: int) -> HarnessVersion | None:
-        """The version in force during ``round``: the last one shipped in an earlier round."""
-        live = [v for v in self.versions if v.round < round]
-        return live[-1] if live else None
-
-
-class CandidateRecord(msgspec.Struct):
-    """A candidate as the ledger has it: its proposal (latest revision applied), verdict, approval and ship."""
-
-    proposal: CandidateProposed
-    first: CandidateProposed
-    """As first proposed, before the critic's revision."""
-    position: int
-    revision: CandidateRevised | None = None
-    gate: GateJudged | None = None
-    gate_position: int = 0
-    request: ApprovalRequested | None = None
-    answer: ApprovalGiven | None = None
-    answer_position: int = 0
-    shipped_position: int = 0
-    """The position of the ship or fork that carried it (0: none)."""
-
-    @property
-    def id(self) -> str:
-        """The candidate id."""
-        return self.proposal.candidate
-
-    @property
-    def levers(self) -> tuple[str, ...]:
-        """The levers its operations pull."""
-        return levers_of(self.proposal.operations)
-
-    @property
-    def approval(self) -> bool | None:
-        """None: not asked or not answered; True/False: the human's answer."""
-        return self.answer.approved if self.answer is not None else None
-
-    @property
-    def waiting(self) -> bool:
-        """Asked for approval and not answered yet."""
-        return self.request is not None and self.answer is None
-
-
-class ShipRecord(msgspec.Struct, frozen=True):
-    """A ship or a fork with its place on the ledger."""
-
-    event: ShipEvent
-    position: int
-    seq: int = 0
-
-    @property
-    def round(self) -> int:
-        """The round it was made in."""
-        return self.event.round
-
-    @property
-    def variant(self) -> str:
-        """The variant whose harness it made (the new one, for a fork)."""
-        return self.event.variant
-
-    @property
-    def kind(self) -> str:
-        """``ship`` or ``fork``."""
-        return "ship" if isinstance(self.event, HarnessShipped) else "fork"
-
-    @property
-    def candidates(self) -> tuple[str, ...]:
-        """The candidates it carried."""
-        return self.event.candidates if isinstance(self.event, HarnessShipped) else (self.event.candidate,)
-
-    @property
-    def on(self) -> str:
-        """The variant whose harness its operations were applied to (the parent, for a fork)."""
-        return self.event.variant if isinstance(self.event, HarnessShipped) else self.event.parent
-
-    @property
-    def digest(self) -> str:
-        """The digest of the harness it made."""
-        return self.event.digest_after if isinstance(self.event, HarnessShipped) else self.event.digest
-
-
-class Ship(msgspec.Struct, frozen=True):
-    """One candidate shipped (or forked), with the prediction it made."""
-
-    round: int
-    variant: str
-    candidate: str
-    levers: tuple[str, ...]
-    buckets: tuple[Bucket, ...]
-    manifest: Manifest
-    position: int = 0
-
-
-class RoundRecords(msgspec.Struct):
-    """Everything the ledger recorded for one evolution round, in ledger order."""
-
-    round: int
-    digested: RoundDigested | None = None
-    landscape: LandscapePlanned | None = None
-    proposed: list[CandidateProposed] = []
-    """Candidates as first proposed."""
-    revised: dict[str, CandidateRevised] = {}
-    critic: CriticJudged | None = None
-    gates: dict[str, GateJudged] = {}
-    """Candidate -> its verdict, in the order the gate judged them."""
-    approvals: list[ApprovalRequested] = []
-    ships: list[ShipRecord] = []
-    """Harness ships and forks of this round."""
-    retired: list[VariantRetired] = []
-    heldout: list[HeldoutScored] = []
-    decided: RoundDecided | None = None
-    between: list[ShipRecord] = []
-    """Ships and forks recorded after the previous round's digest and before this round's."""
-    model: ModelChanged | None = None
 
 
 class RunLedger(msgspec.Struct):
@@ -631,114 +406,3 @@ class RunLedger(msgspec.Struct):
 
 def _unknown(candidate: str) -> str:
     return f"names candidate {candidate}, which no earlier candidate_proposed proposed"
-
-
-# --- reading -----------------------------------------------------------------------------------
-
-
-async def read_run_ledger(log: EventLog, run_id: str) -> RunLedger | None:
-    """One run's ledger read off ``HX_LEDGER`` with its subject filter and folded (None: the run has none).
-
-    Every message on the run's subject is accounted for: one that is no ledger event, or that this
-    hx cannot decode, is a ``Fault`` of the fold, never skipped in silence.
-    """
-    run = RunLedger(run_id=run_id)
-    skipped = log.quarantine.count
-    seen = 0
-    async for record in log.read(LEDGER.name, subjects=[ledger_filter(run_id)]):
-        seen += 1
-        fold_record(run, record)
-    new = log.quarantine.count - skipped
-    bad = list(log.quarantine.records)[-new:] if new else []
-    for q in bad:
-        run.foreign(position_of(q.subject), q.seq, q.type or "no type", f"message {q.seq} cannot be decoded by this "
-                    f"hx: {q.reason}")
-    if not seen and not bad:
-        return None
-    run.faults.sort(key=lambda f: (f.position, f.seq))
-    return run
-
-
-def fold_record(run: RunLedger, record: Record) -> None:
-    """Fold one record read from the run's ledger subject (a non-ledger event there is a fault)."""
-    position = position_of(record.subject)
-    if isinstance(record.event, LedgerEvent):
-        run.fold(record.event, position, record.seq)
-    else:
-        run.foreign(position, record.seq, record.type, f"message {record.seq} is a {record.type}, not a ledger event: "
-                                                        "only ledger events belong on a run's ledger")
-
-
-# --- the projection of every run ---------------------------------------------------------------
-
-
-class _Stored(msgspec.Struct, array_like=True):
-    """One ledger event as a checkpoint keeps it: the fold is rebuilt from these (events carry no tag)."""
-
-    position: int
-    seq: int
-    type: str
-    version: int
-    body: bytes
-
-
-class _StoredRun(msgspec.Struct):
-    """One run as a checkpoint keeps it: its events, and every fault of its fold (some are of no event taken)."""
-
-    entries: list[_Stored]
-    faults: list[Fault]
-    last_position: int
-
-
-class EditLedger(Projection[dict[str, RunLedger]]):
-    """Every run's ledger, folded: the read model of ``HX_LEDGER`` (``hx projections``, ``hx state``)."""
-
-    name: ClassVar[str] = "edit_ledger"
-    stream: ClassVar[str] = LEDGER.name
-    subjects: ClassVar[tuple[str, ...]] = (LAYOUT.events_filter,)
-    state_type = dict[str, _StoredRun]
-
-    def initial(self) -> dict[str, RunLedger]:
-        """No runs yet."""
-        return {}
-
-    def fold(self, state: dict[str, RunLedger], record: Record) -> dict[str, RunLedger]:
-        """Fold one ledger event into its run (a message of another type is a fault of the run it sits on)."""
-        if isinstance(record.event, LedgerEvent):
-            run_id = record.event.run_id
-        else:  # the subject names the run's ledger id, not its run id: find the run whose ledger it is
-            oid = str(LAYOUT.parse_event_subject(record.subject)[0])
-            run_id = next((r for r in state if str(ledger_id(r)) == oid), "")
-        run = state.get(run_id)
-        if run is None:
-            run = state[run_id] = RunLedger(run_id=run_id)
-        fold_record(run, record)
-        return state
-
-    def encode(self, state: dict[str, RunLedger]) -> bytes:
-        """The events of every run (the fold's own structures are rebuilt from them)."""
-        stored = {run_id: _StoredRun([_Stored(e.position, e.seq, e.type, type(e.event).VERSION, encode_body(e.event))
-                                      for e in run.entries], run.faults, run.last_position)
-                  for run_id, run in state.items()}
-        return msgspec.msgpack.encode(stored)
-
-    def decode(self, data: bytes) -> dict[str, RunLedger]:
-        """Fold the checkpointed events again (``msgspec.DecodeError`` for a snapshot that is not one)."""
-        stored = msgspec.msgpack.decode(data, type=dict[str, _StoredRun])
-        out: dict[str, RunLedger] = {}
-        for run_id, kept in stored.items():
-            run = out[run_id] = RunLedger(run_id=run_id)
-            for s in kept.entries:
-                try:
-                    event = decode_body(s.type, s.version, s.body)
-                except HxError as exc:
-                    raise msgspec.DecodeError(f"a snapshot event of run {run_id!r}: {exc}") from None
-                if not isinstance(event, LedgerEvent):
-                    raise msgspec.DecodeError(f"a snapshot event of run {run_id!r} is a {s.type}")
-                run.fold(event, s.position, s.seq)
-            run.faults, run.last_position = kept.faults, kept.last_position
-        return out
-
-    def digest(self, state: dict[str, RunLedger]) -> str:
-        """sha256 of ``encode``: the events in fold order, which a rebuilt and a live state share."""
-        return hashlib.sha256(self.encode(state)).hexdigest()

@@ -12,7 +12,7 @@ from typing import Any
 from projections import plugins
 from projections.base import Projection
 from projections.failures import PROJECTION_FAILURES, raised
-from projections.ledger import EditLedger
+from projections.ledger_reader import EditLedger
 from projections.otel_spans import OtelSpans
 from projections.task_history import TaskHistory
 from projections.trace_store import TraceStore

@@ -14,7 +14,8 @@ import time
 import msgspec
 import nats
 
-from projections.ledger import RunLedger, read_run_ledger
+from projections.ledger import RunLedger
+from projections.ledger_reader import read_run_ledger
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TIME, HX_TYPE, encode_body
 from schemas.event import Event
 from schemas.ledger import LedgerEvent, ledger_digest

@@ -23,7 +23,7 @@ from hx.harness.errors import CompositionError, Interrupt
 from hx.harness.processor import build, processor_type, registered
 from hx.harnesses import starter_harness
 from hx.runtime.pipeline import HookPipeline
-from projections.ledger import lever_of
+from projections.ledger_records import lever_of
 from schemas.edits import Anchor, AnyEditOp, Attach, Remove, Reparam, Replace
 from schemas.event import Event
 from schemas.hooks import AfterTool, BeforeModel, ProcessorTriggered

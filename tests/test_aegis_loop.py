@@ -32,7 +32,7 @@ from hx.harness.edits import apply
 from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
-from projections.ledger import EditLedger
+from projections.ledger_reader import EditLedger
 from projections.runner import ProjectionRunner
 from schemas.edits import Anchor, Attach, Manifest, Remove
 from schemas.ledger import (

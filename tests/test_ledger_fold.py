@@ -11,7 +11,8 @@ from ledger_run import LedgerRun, attach, task
 
 from hx.aegis.ledger import EvolutionLedger, LedgerError
 from hx.aegis.state import LedgerInvalid, RunState
-from projections.ledger import EditLedger, RunLedger
+from projections.ledger import RunLedger
+from projections.ledger_reader import EditLedger
 from schemas.envelope import Record, encode_body
 from schemas.landscape import Landscape
 from schemas.ledger import (

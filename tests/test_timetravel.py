@@ -17,7 +17,7 @@ from hx.replay.regressions import AttemptEvidence
 from hx.replay.timetravel import AsOf, parse_as_of, run_marks
 from hx.replay.trace_rounds import TimeTravelError
 from projections.base import Projection
-from projections.ledger import EditLedger
+from projections.ledger_reader import EditLedger
 from projections.runner import ProjectionRunner
 from projections.snapshots import Snapshots
 from projections.task_history import TaskHistory

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from hx.aegis import levers
 from hx.aegis.state import RunState
-from projections.ledger import levers_of
+from projections.ledger_records import levers_of
 from schemas.edits import Remove
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateConcern, CandidateProposed

@@ -39,7 +39,7 @@ from hx.aegis.export_rounds import (
     verdict_path,
 )
 from hx.harness.edits import describe
-from projections.ledger import RoundRecords, Ship
+from projections.ledger_records import RoundRecords, Ship
 from schemas.edits import BUCKETS
 from schemas.ledger import HarnessShipped, LedgerEvent, ledger_digest
 

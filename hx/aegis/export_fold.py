@@ -19,7 +19,8 @@ from urllib.parse import quote
 
 from hx.aegis.state import LedgerInvalid, RunState
 from hx.harness.config import HarnessConfig
-from projections.ledger import RoundRecords, RunLedger, ShipRecord
+from projections.ledger import RunLedger
+from projections.ledger_records import RoundRecords, ShipRecord
 from schemas.errors import HxError
 from schemas.landscape import TaskDigest
 from schemas.ledger import ApprovalGiven, CandidateProposed, EvolutionFinished, HeldoutScored, LedgerEvent, LedgerOpened

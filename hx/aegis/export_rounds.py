@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from hx.aegis.export_fold import RunFold, link, listed, rate, safe_name, table
 from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
-from projections.ledger import RoundRecords, ShipRecord
+from projections.ledger_records import RoundRecords, ShipRecord
 from schemas.edits import AnyEditOp, Attach, Manifest, Reparam, Replace
 from schemas.landscape import Landscape, TaskDigest
 from schemas.ledger import CandidateProposed, GateJudged, HarnessShipped, RoundMetrics

@@ -17,7 +17,7 @@ import msgspec
 from hx.aegis.operations import bucket_of
 from hx.aegis.state import RunState
 from hx.harness.processor import Processor, registered
-from projections.ledger import Ship
+from projections.ledger_records import Ship
 from schemas.edits import AnyEditOp, Attach, Remove, Reparam
 from schemas.landscape import Lever
 

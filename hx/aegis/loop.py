@@ -42,7 +42,8 @@ from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.replay.trace_rounds import trace_marks
 from hx.runtime.cancel import stop_if_cancelled
-from projections.ledger import RoundRecords, RunLedger, revised
+from projections.ledger import RunLedger
+from projections.ledger_records import RoundRecords, revised
 from schemas.landscape import TaskDigest
 from schemas.ledger import (
     ApprovalGiven,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hx.harness.config import HarnessConfig
-from projections.ledger import CandidateRecord, RunLedger, Ship
+from projections.ledger import RunLedger
+from projections.ledger_records import CandidateRecord, Ship
 from schemas.errors import HxError
 from schemas.landscape import Regression, TaskDigest
 from schemas.ledger import LedgerEvent, LedgerOpened, RoundDecided

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import nats.errors
 
-from projections.ledger import RoundRecords, RunLedger, read_run_ledger
+from projections.ledger import RunLedger
+from projections.ledger_reader import read_run_ledger
+from projections.ledger_records import RoundRecords
 from schemas.errors import HxError
 from streams.connection import Connection
 

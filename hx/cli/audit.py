@@ -27,7 +27,7 @@ from hx.replay.audit import LedgerRefused, Verification, verify_file, verify_run
 from hx.replay.ledger_checks import Problem
 from hx.replay.ledger_head import SignedHead, check_head, head_of, parse_head
 from hx.replay.ledger_view import LedgerListing, LedgerRow, headline, listing, read_ledger
-from projections.ledger import LedgerEntry
+from projections.ledger_records import LedgerEntry
 from schemas.edits import Anchor
 
 EXIT_NOT_VERIFIED = 3

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from hx.cli._app import App, pass_app, run, stdout_console
 from hx.replay.audit import verify_ledger
-from projections.ledger import EditLedger
+from projections.ledger_reader import EditLedger
 from projections.runner import ProjectionRunner
 from schemas.errors import HxError
 from schemas.integrity import StreamLossAccepted

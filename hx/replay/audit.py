@@ -28,7 +28,8 @@ from hx.replay.ledger_checks import (
 from hx.replay.ledger_view import AuditError, compare_copy, read_copy, read_ledger
 from hx.replay.trace_checks import check_trace
 from hx.runtime.code import CodeStore, restore_plugins
-from projections.ledger import LedgerEntry, RunLedger
+from projections.ledger import RunLedger
+from projections.ledger_records import LedgerEntry
 from schemas.errors import HxError
 from schemas.ledger import ledger_digest
 from streams.log import EventLog

@@ -30,7 +30,8 @@ from hx.gate.rule import disagreement
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
-from projections.ledger import HarnessVersion, LedgerEntry, RunLedger, ShipRecord
+from projections.ledger import RunLedger
+from projections.ledger_records import HarnessVersion, LedgerEntry, ShipRecord
 from schemas.edits import AnyEditOp
 from schemas.ledger import HarnessShipped, VariantForked, ledger_digest
 from streams.signing import verify

@@ -21,7 +21,8 @@ import msgspec
 
 from hx.replay.ledger_checks import Problem
 from hx.replay.ledger_view import AuditError
-from projections.ledger import LedgerEntry, RunLedger
+from projections.ledger import RunLedger
+from projections.ledger_records import LedgerEntry
 from schemas.ledger import ledger_digest
 from streams.signing import fingerprint, verify
 

@@ -21,7 +21,9 @@ import msgspec
 
 from hx.harness.edits import describe
 from hx.replay.anchors import AnchorResolver, ResolvedAnchor, anchors_of
-from projections.ledger import LedgerEntry, RunLedger, read_run_ledger
+from projections.ledger import RunLedger
+from projections.ledger_reader import read_run_ledger
+from projections.ledger_records import LedgerEntry
 from schemas.errors import HxError
 from schemas.event import event_type
 from schemas.ledger import (

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from hx.harness.edits import describe
 from hx.replay.timetravel import RunMarks, run_marks
 from hx.replay.trace_rounds import TimeTravelError, read_decoded
-from projections.ledger import CandidateRecord, RunLedger, ShipEvent
+from projections.ledger import RunLedger
+from projections.ledger_records import CandidateRecord, ShipEvent
 from schemas.edits import Anchor
 from schemas.landscape import TaskDigest
 from schemas.learn import PolicyGated, PolicyUpdated

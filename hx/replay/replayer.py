@@ -42,7 +42,9 @@ from hx.runtime.loop import RunLoop
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task
 from hx.runtime.tracer import TraceWriter
-from projections.ledger import HarnessVersion, RunLedger, read_run_ledger
+from projections.ledger import RunLedger
+from projections.ledger_reader import read_run_ledger
+from projections.ledger_records import HarnessVersion
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.event import Event

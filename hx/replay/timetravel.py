@@ -21,7 +21,9 @@ from nats.js.errors import NotFoundError
 from hx.replay.audit import refused, verify_ledger
 from hx.replay.scoreboard import EvolutionReport, report
 from hx.replay.trace_rounds import TimeTravelError, TraceRound, read_decoded, trace_marks
-from projections.ledger import HarnessVersion, LedgerEntry, RunLedger, read_run_ledger
+from projections.ledger import RunLedger
+from projections.ledger_reader import read_run_ledger
+from projections.ledger_records import HarnessVersion, LedgerEntry
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
 from schemas.envelope import HX_TIME

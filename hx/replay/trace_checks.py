@@ -24,7 +24,8 @@ from hx.gate.rule import Fresh, Tries, Verdict, seesaw
 from hx.replay.anchors import AnchorResolver
 from hx.replay.ledger_checks import Problem
 from hx.replay.trace_rounds import TraceRound, Verdicts, outcomes, trace_marks
-from projections.ledger import CandidateRecord, LedgerEntry, RunLedger
+from projections.ledger import RunLedger
+from projections.ledger_records import CandidateRecord, LedgerEntry
 from schemas.edits import Anchor
 from schemas.ledger import LedgerEvent
 from streams.log import EventLog

@@ -17,7 +17,7 @@ from typing import Any
 from hx.aegis.export import curves
 from hx.aegis.export_fold import RunFold
 from hx.replay.scoreboard import EvolutionReport, report
-from projections.ledger import RoundRecords
+from projections.ledger_records import RoundRecords
 from schemas.edits import BUCKETS
 from schemas.errors import HxError
 from schemas.event import Event

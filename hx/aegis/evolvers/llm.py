@@ -33,7 +33,7 @@ from hx.harness.errors import CompositionError
 from hx.harness.processor import registered
 from hx.runtime.code import CodeError, CodeStore, Declared, declared_processor, module_name, source_digest
 from hx.runtime.providers.base import ProviderError
-from projections.ledger import lever_of
+from projections.ledger_records import lever_of
 from schemas.edits import Attach, CodeAsset, Manifest, Replace
 from schemas.messages import Message
 

@@ -33,7 +33,7 @@ from hx.harness.config import Attachment, HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harness.processor import Processor, processor_type
-from projections.ledger import lever_of
+from projections.ledger_records import lever_of
 from schemas.edits import Attach, Manifest, Remove, Reparam
 from schemas.landscape import TaskDigest
 
