@@ -6,17 +6,23 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import msgspec
 import pytest
 from model_server import model_server
+from nats.js.errors import NotFoundError
 
+from hx.aegis.ledger import Ledger
 from schemas.envelope import HX_ENCODING, inflate
+from schemas.ledger import LedgerOpened, ledger_digest
 from schemas.lifecycle import RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
-from streams.redaction import MASK, register, scrub, scrub_body
-from streams.topology import trace_subject
+from streams.outgoing import Entry
+from streams.redaction import MASK, SECRET_ENV, mask_url, needs_scrub, register, scrub, scrub_body, secrets
+from streams.topology import LEDGER, TRACE, trace_subject
 
 PASSWORD = "S3cret-Passw0rd-in-the-url"
 API_KEY = "sk-test-key-that-must-not-leak-0123"
@@ -30,7 +36,10 @@ async def every_stored_message(data_dir: Path) -> list[bytes]:
             name = info.config.name
             assert name is not None
             for seq in range(int(info.state.first_seq or 1), int(info.state.last_seq or 0) + 1):
-                msg = await conn.js.get_msg(name, seq)
+                try:
+                    msg = await conn.js.get_msg(name, seq)
+                except NotFoundError:  # a key-value update replaced it
+                    continue
                 headers = msg.headers or {}
                 body = msg.data or b""
                 if headers.get(HX_ENCODING):
@@ -108,3 +117,94 @@ def test_scrub_masks_url_credentials_of_any_length_and_leaves_the_rest() -> None
     assert scrub("mail me@example.com") == "mail me@example.com"
     body = b"\x81\xa4note\xa3abc"
     assert scrub_body(body) is body  # nothing to mask: the very same bytes, no re-encoding
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("openai:m@http://h/v1?api_key=K1", f"openai:m@http://h/v1?api_key={MASK}"),
+    ("http://h/v1?api-version=2024-06&X-Api-Key=K2&n=1", f"http://h/v1?api-version=2024-06&X-Api-Key={MASK}&n=1"),
+    ("GET /v1?apikey=K3 refused", f"GET /v1?apikey={MASK} refused"),
+    ("http://h/?API_KEY=K4#access_token=K5", f"http://h/?API_KEY={MASK}#access_token={MASK}"),
+    ("?token=K6&client_secret=K7&password=K8&pwd=K9", f"?token={MASK}&client_secret={MASK}&password={MASK}&pwd={MASK}"),
+    ("s3://b/o?X-Amz-Credential=K/1&X-Amz-Security-Token=K&X-Amz-Signature=K&sig=K",
+     f"s3://b/o?X-Amz-Credential={MASK}&X-Amz-Security-Token={MASK}&X-Amz-Signature={MASK}&sig={MASK}"),
+    ("at http://h/v1?key=K10: ConnectError", f"at http://h/v1?key={MASK}: ConnectError"),
+    ("http://u:p@h/v1?auth=K11", f"http://{MASK}@h/v1?auth={MASK}"),
+    ("http://h/v1?model=m&keyword=k&api_key=", "http://h/v1?model=m&keyword=k&api_key="),  # nothing secret
+    ("sorted(tasks, key=len)", "sorted(tasks, key=len)"),  # not a query
+])
+def test_scrub_masks_query_values_whose_name_says_secret(text: str, shown: str) -> None:
+    assert scrub(text) == shown
+    assert scrub(shown) == shown  # masking again changes nothing
+    assert mask_url(text) == shown
+
+
+@pytest.mark.parametrize("text", [
+    "http://u:pw@h/x", "nats://u:p@ss@h:4222", "http://h/v1?api_key=k", "?X-Api-Key=k", "a&Token=k", "#access_token=k",
+    "http://h?Client_Secret=k", "?sig=k",
+])
+def test_the_byte_check_finds_whatever_scrub_masks(text: str) -> None:
+    """``needs_scrub`` is the log's only look at a body: all that ``scrub`` would mask must make it look closer."""
+    body = msgspec.msgpack.encode({"note": f"before {text} after"})
+    assert scrub(text) != text
+    assert needs_scrub(body, ())
+    assert needs_scrub(body[::-1] + body, ())  # wherever it sits
+
+
+def test_the_byte_check_passes_ordinary_bodies() -> None:
+    for text in ("numLocations=11, tasksuccess=False", "x = y == z", "http://h/v1?model=m", "mail me@example.com"):
+        assert not needs_scrub(msgspec.msgpack.encode({"note": text}), ()), text
+
+
+@pytest.fixture
+def no_secret_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in SECRET_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_secret_env")
+@pytest.mark.parametrize("framed", [False, True], ids=["event", "frame"])
+@pytest.mark.parametrize(("url", "shown"), [("http://admin:{}@host/x", f"http://{MASK}@host/x"),
+                                           ("http://host/v1?api_key={}", f"http://host/v1?api_key={MASK}"),
+                                           ("https://h/v1?X-Api-Key={}", f"https://h/v1?X-Api-Key={MASK}")])
+async def test_the_log_masks_url_credentials_with_nothing_registered(nats_url: str, url: str, shown: str,
+                                                                   framed: bool) -> None:
+    """Only the URL rules can mask these: the secret is new, no environment variable holds one."""
+    secret = f"never-registered-{uuid.uuid4().hex}"
+    assert not any(secret in known for known in secrets())
+    event = RunStarted(run_id="r", config={"note": f"served at {url.format(secret)} today"})
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        if framed:
+            [ack] = await conn.log.append_batch([Entry(trace_subject("r"), event), Entry(trace_subject("r"), event)],
+                                                frame_size=8)
+        else:
+            ack = await conn.log.append(trace_subject("r"), event)
+        msg = await conn.js.get_msg(TRACE.name, ack.seq)
+        records = [r async for r in conn.log.read()]
+    assert msg.data is not None and secret.encode() not in msg.data
+    started = [r.event for r in records if isinstance(r.event, RunStarted)]
+    assert len(started) == len(records) == (2 if framed else 1)
+    assert {e.config["note"] for e in started} == {f"served at {shown} today"}
+
+
+@pytest.mark.usefixtures("no_secret_env")
+async def test_the_ledger_masks_a_secret_before_chaining_it(nats_url: str) -> None:
+    """The ledger refuses delete and purge: a secret must never reach it, and the chain must still hold."""
+    secret = f"never-registered-{uuid.uuid4().hex}"
+    opened = LedgerOpened(run_id="led", strategy="ensemble", harness={}, digest="sha256:0",
+                          settings={"model": f"openai:m@http://u:{secret}@h/v1"})
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        ledger = Ledger(conn, "led")
+        try:
+            await ledger.start(opened)
+        finally:
+            await ledger.close()
+        info = await conn.js.stream_info(LEDGER.name)
+        stored = [await conn.js.get_msg(LEDGER.name, seq) for seq in range(1, int(info.state.last_seq or 0) + 1)]
+        again = Ledger(conn, "led")
+        try:
+            loaded = await again.load()
+        finally:
+            await again.close()
+    assert stored and not any(secret.encode() in (m.data or b"") for m in stored)
+    assert loaded is not None and loaded.opened.settings["model"] == f"openai:m@http://{MASK}@h/v1"
+    assert loaded.head == ledger_digest(loaded.opened)

@@ -30,6 +30,7 @@ from schemas.errors import HxError
 from schemas.event import event_type
 from schemas.ledger import LedgerEvent, LedgerOpened, chained, ledger_digest
 from streams.connection import Connection
+from streams.redaction import scrub_event
 from streams.topology import LEDGER
 
 APP_NAME = "evolution"
@@ -174,7 +175,7 @@ class Ledger:
 
     async def start(self, opened: LedgerOpened) -> EvolutionLedger:
         """Open the run's ledger; ``LedgerConflict`` if it already has one."""
-        aggregate = EvolutionLedger(opened)
+        aggregate = EvolutionLedger(scrub_event(opened))
         await self._save(aggregate, f"run {self.run_id!r} already has a ledger; resume it or use another run id")
         self._aggregate = aggregate
         return aggregate
@@ -183,7 +184,8 @@ class Ledger:
         """Append events atomically after the head; ``LedgerConflict`` when another writer got there first."""
         aggregate = self.aggregate
         mark = len(aggregate.records)
-        recorded = [aggregate.record(event) for event in events]
+        # Masked before chaining (the digest covers what is stored): this stream refuses delete and purge.
+        recorded = [aggregate.record(scrub_event(event)) for event in events]
         try:
             await self._save(aggregate, f"the ledger of run {self.run_id!r} moved on while this evolver worked "
                                         f"(another evolver wrote version {aggregate.version - len(events) + 1})")
