@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -11,21 +12,30 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hx_cli import hx, ok
 from model_server import model_server
 from nats.js.errors import NotFoundError
 
 from hx.aegis.ledger import Ledger
+from hx.runtime.models import restore_spec
+from hx.runtime.providers.base import CallContext, ModelSpecError, make_provider
 from schemas.envelope import HX_ENCODING, inflate
 from schemas.ledger import LedgerOpened, ledger_digest
 from schemas.lifecycle import RunStarted
+from schemas.messages import Message
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.outgoing import Entry
 from streams.redaction import MASK, SECRET_ENV, mask_url, needs_scrub, register, scrub, scrub_body, secrets
-from streams.topology import LEDGER, TRACE, trace_subject
+from streams.topology import LEDGER, SPECS, TRACE, trace_subject
 
 PASSWORD = "S3cret-Passw0rd-in-the-url"
 API_KEY = "sk-test-key-that-must-not-leak-0123"
+QUERY_KEY = "qk-in-the-query-string-5d2b8f"
+META_PASSWORD = "Meta-Passw0rd-3f9a0c"
+META_TOKEN = "meta-token-in-the-query-b71d44"
+TASK = "twx:coin:dev:0"
+KEY_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "HX_OPENAI_API_KEY", "HX_OPENAI_BASE_URL")
 
 
 async def every_stored_message(data_dir: Path) -> list[bytes]:
@@ -208,3 +218,99 @@ async def test_the_ledger_masks_a_secret_before_chaining_it(nats_url: str) -> No
     assert stored and not any(secret.encode() in (m.data or b"") for m in stored)
     assert loaded is not None and loaded.opened.settings["model"] == f"openai:m@http://{MASK}@h/v1"
     assert loaded.head == ledger_digest(loaded.opened)
+
+
+async def test_a_query_in_the_server_url_goes_with_every_request() -> None:
+    """The provider gets the real key, in the place the server expects it, while every record masks it."""
+    with model_server("play") as server:
+        provider = make_provider(f"openai:m@http://{server.url}/v1/?api-version=2&api_key={QUERY_KEY}")
+        try:
+            for step in (1, 2):
+                await provider.complete((Message(role="user", content="hi"),), (), {},
+                                        CallContext(run_id="r", round=0, task_id="t", attempt=0, step=step))
+        finally:
+            await provider.aclose()
+    assert server.paths == [f"/v1/chat/completions?api-version=2&api_key={QUERY_KEY}"] * 2
+    assert QUERY_KEY not in repr(provider)
+
+
+def test_a_masked_spec_is_resumed_only_with_its_credentials_given_back() -> None:
+    recorded = f"openai:m@http://{MASK}@h/v1?api_key={MASK}"
+    real = "openai:m@http://me:pw@h/v1?api_key=k"
+    assert restore_spec(recorded, real, option="--model", what="run 'r'") == real
+    with pytest.raises(ModelSpecError, match=r"run 'r' recorded --model .* with its credentials masked: pass it"):
+        restore_spec(recorded, None, option="--model", what="run 'r'")
+    other = f"--model 'openai:m@http://{MASK}@other/v1?api_key={MASK}' differs from the spec run 'r' recorded"
+    with pytest.raises(ModelSpecError, match=re.escape(other)):
+        restore_spec(recorded, "openai:m@http://me:pw@other/v1?api_key=k", option="--model", what="run 'r'")
+    assert restore_spec("random:", None, option="--model", what="run 'r'") == "random:"
+    with pytest.raises(ModelSpecError, match="may only give back"):
+        restore_spec("random:", "random:act", option="--model", what="run 'r'")
+
+
+class Commands:
+    """``hx`` processes on one data directory (each its own process: no secret registered by an earlier one)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.outputs: dict[str, str] = {}
+
+    def __call__(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k not in (*KEY_ENV, "HX_NATS_URL", "HX_DATA_DIR")}
+        done = subprocess.run([sys.executable, "-m", "hx", "--data-dir", str(self.data_dir), *args], env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == code, (args, done.stdout[-2000:], done.stderr[-2000:])
+        self.outputs[f"{' '.join(args)} ({len(self.outputs)})"] = done.stdout + done.stderr
+        return done
+
+
+@pytest.mark.slow
+def test_no_model_spec_secret_reaches_any_event_file_or_output(tmp_path: Path) -> None:
+    """Every command that takes a model spec, with a password in its URL and a key in its query, then every reader."""
+    hx_ = Commands(tmp_path / "hx")
+    small = ("--bench", "twx:coin", "--tasks", "1", "--heldout-tasks", "1", "--rounds", "1", "--attempts", "1",
+             "--max-steps", "4")
+    meta = f"openai:meta@http://hxmeta:{META_PASSWORD}@127.0.0.1:9/v1?access_token={META_TOKEN}"
+    with model_server("play") as server:
+        spec = f"openai:stand-in@http://hxuser:{PASSWORD}@{server.url}/v1?api_key={QUERY_KEY}"
+        shown = f"openai:stand-in@http://{MASK}@{server.url}/v1?api_key={MASK}"
+        run = hx_("run", "--tasks", "1", "--attempts", "1", "--max-steps", "4", "--model", spec, "--run-id", "r1",
+                  "--out", str(tmp_path / "out" / "r1.json"))
+        assert shown in run.stderr  # shown masked, where it is shown
+        assert shown in hx_("fork", "r1", "--task", TASK, "--attempt", "0", "--step", "1", "--model", spec).stdout
+        refused = hx_("fork", "r1", "--task", TASK, "--attempt", "0", "--step", "1", code=1)
+        assert f"recorded --model {shown!r} with its credentials masked" in refused.stderr
+
+        hx_("evolve", *small, "--model", spec, "--meta-model", meta, "--evolver", "llm", "--run-id", "e1")
+        for given, message in [((), "recorded --model"), (("--model", spec), "recorded --meta-model"),
+                               (("--model", spec.replace("/v1", "/v2"), "--meta-model", meta), "differs from")]:
+            refused = hx_("evolve", "--resume", "e1", *given, code=1)
+            assert message in refused.stderr.strip().splitlines()[-1], refused.stderr
+        hx_("evolve", "--resume", "e1", "--model", spec, "--meta-model", meta)
+        hx_("coevolve", *small, "--meta-model", meta, "--evolver", "llm", "--run-id", "c1")
+        assert "recorded --meta-model" in hx_("coevolve", "--resume", "c1", code=1).stderr
+        hx_("coevolve", "--resume", "c1", "--meta-model", meta)
+        assert "recorded --model" in hx_("bisect", "e1", TASK, "--from", "0", "--to", "1", code=1).stderr
+        accepted = hx_("bisect", "e1", TASK, "--from", "0", "--to", "1", "--model", spec, code=1)
+        assert "--model" not in accepted.stderr  # past the spec: this run has no round 1 to bisect to
+    # the server got the real secrets, from every process that called it
+    assert server.paths and all(path.endswith(f"?api_key={QUERY_KEY}") for path in server.paths)
+    assert all(a.startswith("Basic ") for a in server.authorizations)
+
+    base = ("--data-dir", str(tmp_path / "hx"))
+    readers = [("export", "e1", str(tmp_path / "export")), ("report", "e1", "--out", str(tmp_path / "report")),
+               ("report", "c1", "--out", str(tmp_path / "report-c1")), ("ledger", "e1"), ("audit", "verify", "e1"),
+               ("trace", "r1", TASK), *[("log", "dump", "--stream", name) for name in sorted(SPECS)]]
+    for args in readers:
+        hx_.outputs[" ".join(args)] = ok(hx(*base, *args)).output
+    ledger_dump = hx_.outputs["log dump --stream HX_LEDGER"]
+    assert f'"model":"{shown}"' in ledger_dump.replace(" ", "")  # the spec is recorded, masked
+
+    secrets_ = (PASSWORD, QUERY_KEY, META_PASSWORD, META_TOKEN)
+    stored = asyncio.run(every_stored_message(tmp_path / "hx"))
+    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert any("export" in p.parts for p in files) and any(p.name == "report.html" for p in files)
+    for secret in secrets_:
+        assert not [name for name, text in hx_.outputs.items() if secret in text], secret
+        assert not [p for p, data in files.items() if secret.encode() in data], secret
+        assert not [m[:200] for m in stored if secret.encode() in m], secret
