@@ -17,6 +17,7 @@ from model_server import model_server
 from nats.js.errors import NotFoundError
 
 from hx.aegis.ledger import Ledger
+from hx.aegis.session import EvolveJob
 from hx.runtime.models import restore_spec
 from hx.runtime.providers.base import CallContext, ModelSpecError, make_provider
 from schemas.envelope import HX_ENCODING, inflate
@@ -244,6 +245,10 @@ def test_a_masked_spec_is_resumed_only_with_its_credentials_given_back() -> None
     with pytest.raises(ModelSpecError, match=re.escape(other)):
         restore_spec(recorded, "openai:m@http://me:pw@other/v1?api_key=k", option="--model", what="run 'r'")
     assert restore_spec("random:", None, option="--model", what="run 'r'") == "random:"
+    job = EvolveJob(run_id="r", benches=("twx:coin",), adaptation=(), heldout=(), model=real, meta_model=real)
+    recorded_job = msgspec.convert(msgspec.to_builtins(job.public()), EvolveJob)  # what ledger.opened holds
+    assert recorded_job.model == recorded and recorded_job.meta_model == recorded
+    assert recorded_job.restored(real, real) == job  # the resumed run calls the real server
     with pytest.raises(ModelSpecError, match="may only give back"):
         restore_spec("random:", "random:act", option="--model", what="run 'r'")
 
@@ -263,54 +268,89 @@ class Commands:
         self.outputs[f"{' '.join(args)} ({len(self.outputs)})"] = done.stdout + done.stderr
         return done
 
+    def read(self, *args: str) -> str:
+        """A command that only reads, in-process (it is given no spec, so it registers no secret)."""
+        out = ok(hx("--data-dir", str(self.data_dir), *args)).output
+        self.outputs[" ".join(args)] = out
+        return out
+
+    def nowhere(self, root: Path, *secrets_: str) -> None:
+        """No secret in any output so far, any file under ``root`` or any message stored (inflated)."""
+        for name in sorted(SPECS):
+            self.read("log", "dump", "--stream", name)
+        stored = asyncio.run(every_stored_message(self.data_dir))
+        files = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        assert any(p.suffix == ".blk" for p in files)  # the JetStream store itself is searched
+        for secret in secrets_:
+            assert not [name for name, text in self.outputs.items() if secret in text], secret
+            assert not [p for p, data in files.items() if secret.encode() in data], secret
+            assert not [m[:200] for m in stored if secret.encode() in m], secret
+
+
+SMALL = ("--bench", "twx:coin", "--tasks", "1", "--heldout-tasks", "1", "--rounds", "1", "--attempts", "1",
+         "--max-steps", "4")
+META = f"openai:meta@http://hxmeta:{META_PASSWORD}@127.0.0.1:9/v1?access_token={META_TOKEN}"
+"""A meta-model nobody answers: the LLM stages fail and the run goes on without them."""
+
 
 @pytest.mark.slow
-def test_no_model_spec_secret_reaches_any_event_file_or_output(tmp_path: Path) -> None:
-    """Every command that takes a model spec, with a password in its URL and a key in its query, then every reader."""
-    hx_ = Commands(tmp_path / "hx")
-    small = ("--bench", "twx:coin", "--tasks", "1", "--heldout-tasks", "1", "--rounds", "1", "--attempts", "1",
-             "--max-steps", "4")
-    meta = f"openai:meta@http://hxmeta:{META_PASSWORD}@127.0.0.1:9/v1?access_token={META_TOKEN}"
+def test_no_secret_of_hx_run_or_hx_fork_is_anywhere(tmp_path: Path) -> None:
+    """``hx run --model`` and ``hx fork --model`` with a password in the URL and a key in its query."""
+    commands = Commands(tmp_path / "hx")
     with model_server("play") as server:
         spec = f"openai:stand-in@http://hxuser:{PASSWORD}@{server.url}/v1?api_key={QUERY_KEY}"
         shown = f"openai:stand-in@http://{MASK}@{server.url}/v1?api_key={MASK}"
-        run = hx_("run", "--tasks", "1", "--attempts", "1", "--max-steps", "4", "--model", spec, "--run-id", "r1",
-                  "--out", str(tmp_path / "out" / "r1.json"))
+        run = commands("run", "--tasks", "1", "--attempts", "1", "--max-steps", "4", "--model", spec, "--run-id", "r1",
+                       "--out", str(tmp_path / "out" / "r1.json"))
         assert shown in run.stderr  # shown masked, where it is shown
-        assert shown in hx_("fork", "r1", "--task", TASK, "--attempt", "0", "--step", "1", "--model", spec).stdout
-        refused = hx_("fork", "r1", "--task", TASK, "--attempt", "0", "--step", "1", code=1)
+        fork = commands("fork", "r1", "--task", TASK, "--attempt", "0", "--step", "1", "--model", spec)
+        assert shown in fork.stdout
+        refused = commands("fork", "r1", "--task", TASK, "--attempt", "0", "--step", "1", code=1)
         assert f"recorded --model {shown!r} with its credentials masked" in refused.stderr
-
-        hx_("evolve", *small, "--model", spec, "--meta-model", meta, "--evolver", "llm", "--run-id", "e1")
-        for given, message in [((), "recorded --model"), (("--model", spec), "recorded --meta-model"),
-                               (("--model", spec.replace("/v1", "/v2"), "--meta-model", meta), "differs from")]:
-            refused = hx_("evolve", "--resume", "e1", *given, code=1)
-            assert message in refused.stderr.strip().splitlines()[-1], refused.stderr
-        hx_("evolve", "--resume", "e1", "--model", spec, "--meta-model", meta)
-        hx_("coevolve", *small, "--meta-model", meta, "--evolver", "llm", "--run-id", "c1")
-        assert "recorded --meta-model" in hx_("coevolve", "--resume", "c1", code=1).stderr
-        hx_("coevolve", "--resume", "c1", "--meta-model", meta)
-        assert "recorded --model" in hx_("bisect", "e1", TASK, "--from", "0", "--to", "1", code=1).stderr
-        accepted = hx_("bisect", "e1", TASK, "--from", "0", "--to", "1", "--model", spec, code=1)
-        assert "--model" not in accepted.stderr  # past the spec: this run has no round 1 to bisect to
-    # the server got the real secrets, from every process that called it
+    # the server got the real secrets, in the URL's user part and in the query
     assert server.paths and all(path.endswith(f"?api_key={QUERY_KEY}") for path in server.paths)
-    assert all(a.startswith("Basic ") for a in server.authorizations)
+    assert server.authorizations and all(a.startswith("Basic ") for a in server.authorizations)
+    commands.read("trace", "r1", TASK)
+    commands.nowhere(tmp_path, PASSWORD, QUERY_KEY)
 
-    base = ("--data-dir", str(tmp_path / "hx"))
-    readers = [("export", "e1", str(tmp_path / "export")), ("report", "e1", "--out", str(tmp_path / "report")),
-               ("report", "c1", "--out", str(tmp_path / "report-c1")), ("ledger", "e1"), ("audit", "verify", "e1"),
-               ("trace", "r1", TASK), *[("log", "dump", "--stream", name) for name in sorted(SPECS)]]
-    for args in readers:
-        hx_.outputs[" ".join(args)] = ok(hx(*base, *args)).output
-    ledger_dump = hx_.outputs["log dump --stream HX_LEDGER"]
-    assert f'"model":"{shown}"' in ledger_dump.replace(" ", "")  # the spec is recorded, masked
 
-    secrets_ = (PASSWORD, QUERY_KEY, META_PASSWORD, META_TOKEN)
-    stored = asyncio.run(every_stored_message(tmp_path / "hx"))
-    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert any("export" in p.parts for p in files) and any(p.name == "report.html" for p in files)
-    for secret in secrets_:
-        assert not [name for name, text in hx_.outputs.items() if secret in text], secret
-        assert not [p for p, data in files.items() if secret.encode() in data], secret
-        assert not [m[:200] for m in stored if secret.encode() in m], secret
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # eleven hx processes, several of them games: minutes on a loaded machine
+def test_no_secret_of_hx_evolve_is_anywhere_and_a_resume_takes_it_again(tmp_path: Path) -> None:
+    """``hx evolve --model --meta-model``, its ``--resume`` and ``hx bisect``; then export, report, ledger, audit."""
+    commands = Commands(tmp_path / "hx")
+    with model_server("play") as server:
+        spec = f"openai:stand-in@http://hxuser:{PASSWORD}@{server.url}/v1?api_key={QUERY_KEY}"
+        shown = f"openai:stand-in@http://{MASK}@{server.url}/v1?api_key={MASK}"
+        commands("evolve", *SMALL, "--model", spec, "--meta-model", META, "--evolver", "llm", "--run-id", "e1")
+        calls = len(server.paths)
+        for given, message in [((), f"recorded --model {shown!r} with its credentials masked"),
+                               (("--model", spec), "recorded --meta-model 'openai:meta@http://***@127.0.0.1:9/v1?"),
+                               (("--model", spec.replace("/v1", "/v2"), "--meta-model", META), "differs from")]:
+            refused = commands("evolve", "--resume", "e1", *given, code=1)
+            assert message in refused.stderr.strip().splitlines()[-1], refused.stderr
+        assert len(server.paths) == calls  # refused before any rollout
+        commands("evolve", "--resume", "e1", "--model", spec, "--meta-model", META)
+        assert "recorded --model" in commands("bisect", "e1", TASK, "--from", "0", "--to", "1", code=1).stderr
+        accepted = commands("bisect", "e1", TASK, "--from", "0", "--to", "1", "--model", spec, code=1)
+        assert "--model" not in accepted.stderr  # past the spec: this run has no round 1 to bisect to
+    assert calls and all(path.endswith(f"?api_key={QUERY_KEY}") for path in server.paths)
+    commands.read("export", "e1", str(tmp_path / "export"))
+    commands.read("report", "e1", "--out", str(tmp_path / "report"))
+    commands.read("ledger", "e1")
+    commands.read("audit", "verify", "e1")
+    assert (tmp_path / "export" / "audit.jsonl").exists() and (tmp_path / "report" / "report.html").exists()
+    commands.nowhere(tmp_path, PASSWORD, QUERY_KEY, META_PASSWORD, META_TOKEN)
+    assert f'"model":"{shown}"' in commands.outputs["log dump --stream HX_LEDGER"].replace(" ", "")  # masked
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # co-evolution loads the learner (JAX) in each of its three processes
+def test_no_secret_of_hx_coevolve_is_anywhere_and_a_resume_takes_it_again(tmp_path: Path) -> None:
+    """``hx coevolve --meta-model`` (its task agent is the trained policy) and its ``--resume``."""
+    commands = Commands(tmp_path / "hx")
+    commands("coevolve", *SMALL, "--meta-model", META, "--evolver", "llm", "--run-id", "c1")
+    assert "recorded --meta-model" in commands("coevolve", "--resume", "c1", code=1).stderr
+    commands("coevolve", "--resume", "c1", "--meta-model", META)
+    commands.read("report", "c1", "--out", str(tmp_path / "report"))
+    commands.nowhere(tmp_path, META_PASSWORD, META_TOKEN)
