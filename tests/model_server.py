@@ -22,10 +22,11 @@ Mode = Literal["play", "refuse"]
 
 @dataclass
 class ModelServer:
-    """What the server saw: the Authorization header of each request."""
+    """What the server saw: the Authorization header and the path (with its query) of each request."""
 
     url: str = ""
     authorizations: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
 
 
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +70,7 @@ def model_server(mode: Mode) -> Iterator[ModelServer]:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
             auth = self.headers.get("authorization", "")
             seen.authorizations.append(auth)
+            seen.paths.append(self.path)
             if mode == "play":
                 status, body = 200, _answer(json.loads(raw))
             else:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from hx_cli import hx
+from hx_cli import error_line, hx
 from model_server import model_server
 
 from hx.runtime.models import ModelConfig
@@ -50,6 +50,23 @@ def refused_before_anything(result: Result, data_dir: Path, message: str) -> Non
 def test_a_model_spec_that_cannot_work_is_refused_before_the_run(tmp_path: Path, spec: str, message: str) -> None:
     result = hx("--data-dir", str(tmp_path), "run", "--tasks", "1", "--attempts", "1", "--model", spec)
     refused_before_anything(result, tmp_path, message)
+
+
+@pytest.mark.parametrize(("command", "option"), [
+    (("run",), "--model"), (("evolve",), "--model"), (("evolve",), "--meta-model"), (("coevolve",), "--meta-model"),
+    (("fork", "some-run", "--task", "t", "--attempt", "0", "--step", "0"), "--model"),
+    (("bisect", "some-run", "t", "--from", "0", "--to", "1"), "--model"),
+])
+@pytest.mark.parametrize(("spec", "problem"), [
+    ("openai:gpt-x@not a url", "model 'openai:gpt-x@not a url': 'not a url' after '@' is not a server URL"),
+    ("openai:gpt-x@127.0.0.1:8000/v1", "'127.0.0.1:8000/v1' after '@' is not a server URL"),
+    ("openai:gpt-x@http://host/v 1", "'http://host/v 1' is not a URL: it holds a space"),
+])
+def test_a_spec_whose_server_part_is_not_a_url_is_refused_naming_the_option(
+        tmp_path: Path, command: tuple[str, ...], option: str, spec: str, problem: str) -> None:
+    line = error_line(hx("--data-dir", str(tmp_path), *command, option, spec))
+    assert line.startswith(f"error: {option}: ") and problem in line, line
+    assert not any(tmp_path.iterdir())  # refused before anything started or was written
 
 
 def test_a_fallback_model_is_checked_too() -> None:

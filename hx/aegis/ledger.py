@@ -35,6 +35,7 @@ from schemas.event import event_type
 from schemas.ledger import LedgerEvent, LedgerOpened, chained, ledger_digest
 from streams.connection import Connection
 from streams.edit_ledger import APP_NAME, ledger_id
+from streams.redaction import scrub_event
 from streams.signing import LedgerKey, fingerprint
 from streams.topology import LEDGER
 
@@ -194,7 +195,8 @@ class Ledger:
                               "from the data directory that started the run")
 
     async def start(self, opened: LedgerOpened) -> EvolutionLedger:
-        """Open the run's ledger (its key recorded, the event signed); ``LedgerConflict`` if it already has one."""
+        """Open the run's ledger (masked, its key recorded, signed); ``LedgerConflict`` if it already has one."""
+        opened = scrub_event(opened)  # masked before it is signed and chained: the digest covers what is stored
         if self.key is not None:
             opened = cast(LedgerOpened, signed(msgspec.structs.replace(opened, public_key=self.key.public_key,
                                                                        prev=""), self.key))
@@ -207,7 +209,8 @@ class Ledger:
         """Append events atomically after the head; ``LedgerConflict`` when another writer got there first."""
         aggregate = self.aggregate
         mark = len(aggregate.records)
-        recorded = [aggregate.record(event, self.key) for event in events]
+        # Masked before chaining and signing (the digest covers what is stored): this stream refuses delete and purge.
+        recorded = [aggregate.record(scrub_event(event), self.key) for event in events]
         try:
             await self._save(aggregate, f"the ledger of run {self.run_id!r} moved on while this evolver worked "
                                         f"(another evolver wrote version {aggregate.version - len(events) + 1})")

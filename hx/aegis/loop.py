@@ -204,7 +204,7 @@ class Evolution:
 
     async def _model_in_force(self, t: int) -> None:
         """Record the task agent's model before the round's rollouts when it changed (co-evolution's policy)."""
-        model, state = self.trials.models.main, self.state()
+        model, state = self.trials.models.public().main, self.state()  # the ledger records specs masked
         if model != state.model and self._recorded(t).digested is None:
             await self.append(ModelChanged(run_id=self.run_id, round=t, model=model, previous=state.model))
 

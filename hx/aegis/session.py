@@ -30,7 +30,7 @@ from hx.bench.splits import Splits, round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport, report
 from hx.runtime.code import CodeStore, restore_plugins
-from hx.runtime.models import ModelConfig
+from hx.runtime.models import ModelConfig, restore_spec
 from projections.ledger import RunLedger
 from schemas.ledger import (
     EvolutionFinished,
@@ -39,12 +39,13 @@ from schemas.ledger import (
 from schemas.lifecycle import RunFinished, RunStarted
 from streams.connection import Connection
 from streams.errors import ConcurrencyConflict
+from streams.redaction import scrub
 from streams.signing import LedgerKey
 from streams.topology import check_run_id, trace_subject
 
 
 class EvolveJob(msgspec.Struct, frozen=True, kw_only=True):
-    """What an evolution run is: recorded on its ledger, so a resume rebuilds it exactly."""
+    """What an evolution run is: recorded on its ledger (credentials masked), so a resume rebuilds it exactly."""
 
     run_id: str
     benches: tuple[str, ...]
@@ -66,6 +67,17 @@ class EvolveJob(msgspec.Struct, frozen=True, kw_only=True):
     """``EvolveSettings`` as plain data."""
     coevolve: dict[str, Any] = {}
     """``CoevolveSettings`` as plain data for ``hx coevolve`` (empty: the model is not trained)."""
+
+    def public(self) -> EvolveJob:
+        """This job as it is recorded and shown: credentials in its model specs masked."""
+        return msgspec.structs.replace(self, model=scrub(self.model), meta_model=scrub(self.meta_model))
+
+    def restored(self, model: str | None, meta_model: str | None) -> EvolveJob:
+        """A recorded job with the credentials of its model specs given back (``restore_spec``); None: none given."""
+        what = f"run {self.run_id!r}"
+        return msgspec.structs.replace(
+            self, model=restore_spec(self.model, model, option="--model", what=what),
+            meta_model=restore_spec(self.meta_model, meta_model, option="--meta-model", what=what))
 
     @property
     def loop_settings(self) -> EvolveSettings:
@@ -152,7 +164,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
             harness = HarnessConfig.from_dict(job.harness)
             await ledger.start(LedgerOpened(run_id=job.run_id, strategy=job.loop_settings.strategy,
                                             harness=harness.to_dict(), digest=harness.digest,
-                                            settings=msgspec.to_builtins(job),
+                                            settings=msgspec.to_builtins(job.public()),
                                             heldout_digest=splits.heldout_digest))
         roles = await round_roles(conn.log, job.run_id)
         trials = Trials(conn.log, job.run_id, benches, ModelConfig(main=job.model), job.rollout_settings, splits,
@@ -189,8 +201,9 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
 async def _claim_trace(conn: Connection, job: EvolveJob) -> None:
     """Claim the run on the trace (``RunStarted``): two evolvers cannot start one run id."""
     subject = trace_subject(job.run_id)
-    event = RunStarted(run_id=job.run_id, kind="evolve", config={"benches": list(job.benches), "model": job.model,
-                                                                 "evolver": job.evolver}, seed=job.seed)
+    event = RunStarted(run_id=job.run_id, kind="evolve", config={"benches": list(job.benches),
+                                                                 "model": job.public().model, "evolver": job.evolver},
+                       seed=job.seed)
     try:
         await conn.log.append(subject, event, key=f"{subject}#run.started@{uuid.uuid4().hex[:12]}",
                               expected_last_seq=0)

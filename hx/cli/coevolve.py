@@ -58,7 +58,9 @@ def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, lea
     settings = CoevolveSettings(mode=mode, budget=budget, learner=learner,  # type: ignore[arg-type]
                                 policy_gate=policy_gate, learn_after_stall=learn_after_stall,
                                 rest_barren=rest_barren)
-    evolve_main(app, model=f"policy:{learner.kind}", coevolve=settings, **options)
+    # on --resume the recorded policy spec stands (it holds no credentials to give back)
+    model = None if options["resume_id"] else f"policy:{learner.kind}"
+    evolve_main(app, model=model, coevolve=settings, **options)
 
 
 for _param in evolve_command.params:

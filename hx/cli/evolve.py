@@ -24,15 +24,16 @@ from hx.bench.results import ResultsClaim
 from hx.bench.rollout import RolloutSettings
 from hx.cli._app import App, Terminated, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
+from hx.cli._specs import check_spec_option
 from hx.cli._stop_note import StopNote, on_stop
 from hx.cli.run import choose_harness, new_run_id, read_harness, select_tasks
 from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport
-from hx.runtime.models import ModelConfig
 from schemas.learn import PolicyGated, PolicyUpdated
 from streams.signing import LedgerKey
 
 DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
+DEFAULT_MODEL = "random:"
 
 
 @click.command("evolve")
@@ -58,8 +59,10 @@ DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
               help="Most variants the ensemble keeps.")
 @click.option("--evolver", type=click.Choice(EVOLVERS), default="offline", show_default=True)
 @click.option("--meta-model", metavar="SPEC", default="",
-              help="Model of the LLM stages (evolver, critic, digester prose), e.g. anthropic:claude-sonnet-4-6.")
-@click.option("--model", default="random:", show_default=True, metavar="SPEC", help="The task agent's model.")
+              help="Model of the LLM stages (evolver, critic, digester prose), e.g. anthropic:claude-sonnet-4-6. "
+                   "With --resume: the recorded spec again, with the credentials the record masks.")
+@click.option("--model", metavar="SPEC", help="The task agent's model  [default: random:]. With --resume: the "
+                                              "recorded spec again, with the credentials the record masks.")
 @click.option("--harness", "harness_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               metavar="FILE", help="Initial harness  [default: the benchmark family's starter harness]")
 @click.option("--attempts", type=click.IntRange(min=1, max=16), default=2, show_default=True,
@@ -74,7 +77,8 @@ DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
 @click.option("--approve", is_flag=True, help="Ask for approvals at the terminal instead of waiting for hx approve.")
 @click.option("--run-id", callback=run_id_option, help="Run id  [default: evolve-<UTC time>-<random>]")
 @click.option("--resume", "resume_id", callback=run_id_option, metavar="RUN",
-              help="Continue a run from its ledger (its recorded settings; the options above are ignored).")
+              help="Continue a run from its ledger (its recorded settings; the options above are ignored, but "
+                   "--model and --meta-model, which give back credentials the record masks).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where to save the report  [default: DATA_DIR/results/RUN.json]")
@@ -92,15 +96,22 @@ def evolve_command(app: App, /, **options: Any) -> None:
 
 def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks: int, heldout_split: str, rounds: int,
                 patience: int, alpha: float, candidates: int, strategy: str, max_variants: int, evolver: str,
-                meta_model: str, model: str, harness_path: Path | None, attempts: int, concurrency: int, max_steps: int,
-                seed: int, heldout_every: int, risk_threshold: float, approve: bool, run_id: str | None,
-                resume_id: str | None, as_json: bool, out: Path | None, coevolve: Any = None) -> None:
-    """``hx evolve`` (and ``hx coevolve``, with its co-evolution settings): run, report, save."""
+                meta_model: str, model: str | None, harness_path: Path | None, attempts: int, concurrency: int,
+                max_steps: int, seed: int, heldout_every: int, risk_threshold: float, approve: bool,
+                run_id: str | None, resume_id: str | None, as_json: bool, out: Path | None,
+                coevolve: Any = None) -> None:
+    """``hx evolve`` (and ``hx coevolve``, with its co-evolution settings): run, report, save.
+
+    ``model`` None: the default (``random:``), or on ``--resume`` the recorded one.
+    """
     if evolver == "llm" and not meta_model and resume_id is None:
         raise click.BadParameter("the llm evolver needs --meta-model", param_hint="--meta-model")
-    ModelConfig(main=model).check()
+    if model is None and resume_id is None:
+        model = DEFAULT_MODEL
+    if model is not None:
+        check_spec_option("--model", model)
     if meta_model:
-        ModelConfig(main=meta_model).check()
+        check_spec_option("--meta-model", meta_model)
     given = read_harness(harness_path) if resume_id is None else None  # before the server starts or a claim
     settings = EvolveSettings(rounds=rounds, patience=patience, alpha=alpha, candidates=candidates,
                               strategy=strategy, max_variants=max_variants,  # type: ignore[arg-type]
@@ -138,16 +149,19 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
     click.echo(f"saved {path}", err=as_json)
 
 
-async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: tuple[int, str], model: str,
+async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: tuple[int, str], model: str | None,
                   given: tuple[HarnessConfig, str] | None, evolver_name: str, meta_model: str, rollout: RolloutSettings,
                   settings: EvolveSettings, approve: bool, *, resume: bool, coevolve: Any = None,
                   note: StopNote) -> EvolutionReport:
     async with app.connect() as conn, on_stop(conn, note):
         job: EvolveJob | None = await load_job(conn, run_id, app.settings.data_dir) if resume else None
+        if job is not None:  # the credentials its record masks, given back by --model / --meta-model
+            job = job.restored(model, meta_model or None)
         bench_specs = list(job.benches) if job else specs
         benches, _ = select_tasks(bench_specs, "dev", 1)
         try:
             if job is None:
+                assert model is not None  # a fresh run has the default
                 harness, source = choose_harness(given, benches)
                 job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout[0], heldout_split=heldout[1],
                               model=model, harness=harness, harness_source=source, evolver=evolver_name,

@@ -13,11 +13,11 @@ import click
 
 import hx.bench  # noqa: F401 - registers the benchmark adapters a live environment is rebuilt from
 from hx.cli._app import App, pass_app, run, run_id_option
+from hx.cli._specs import check_spec_option
 from hx.harness.config import HarnessConfig
 from hx.replay.fork import ForkReport, fork_attempt
 from hx.replay.logged import stage_rounds
 from hx.replay.replayer import ENVS, Env, ReplayReport, replay_round
-from hx.runtime.models import ModelConfig
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 
@@ -108,7 +108,8 @@ def _outcome(passed: bool, status: str, steps: int) -> str:
 @click.option("--round", "round_", type=click.IntRange(min=0),
               help="The trace round  [default: the one trace round that ran the attempt]")
 @harness_option
-@click.option("--model", metavar="SPEC", help="The live model after the step  [default: the logged one]")
+@click.option("--model", metavar="SPEC", help="The live model after the step  [default: the logged one; needed when "
+                                              "the log masks its credentials]")
 @click.option("--seed", type=int, help="The live model's seed after the step  [default: the attempt's]")
 @click.option("--fork-id", callback=run_id_option, help="The fork's run id  [default: RUN-fork-<random>]")
 @pass_app
@@ -121,7 +122,7 @@ def fork_command(app: App, run_id: str, task: str, attempt: int, step: int, roun
     """
     harness = HarnessConfig.load(harness_path) if harness_path is not None else None
     if model is not None:
-        ModelConfig(main=model).check()
+        check_spec_option("--model", model)
 
     async def go() -> ForkReport:
         async with app.connect() as conn:

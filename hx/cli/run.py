@@ -22,6 +22,7 @@ from hx.bench.results import ResultsClaim, results_table, to_json
 from hx.bench.rollout import Rollout, RolloutSettings, RoundOutcome
 from hx.bench.splits import ROLES, SplitRole
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
+from hx.cli._specs import check_spec_option
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
@@ -121,8 +122,8 @@ def run_command(app: App, benches: tuple[str, ...], split: str, tasks: int, atte
     settings = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed,
                                timeout_s=timeout_s)
     chosen_role: SplitRole = role or ("heldout" if split == "test" else "adaptation")
+    check_spec_option("--model", model)  # before anything is claimed, started or appended
     models = ModelConfig(main=model)
-    models.check()  # before anything is claimed, started or appended
     given = read_harness(harness_path)  # so is a harness file that cannot be read
     claim = ResultsClaim(out or app.settings.data_dir / "results" / f"{run_id}.json")
     try:

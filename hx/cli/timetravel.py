@@ -14,6 +14,7 @@ import click
 
 from hx.aegis.export_fold import rate
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
+from hx.cli._specs import check_spec_option
 from hx.replay.bisect import Bisection, bisect
 from hx.replay.harness_diff import HarnessDiff, Step, harness_diff
 from hx.replay.regressions import AttemptEvidence, Regression, RoundRegressions, round_regressions
@@ -268,21 +269,26 @@ def _verdict(passed: bool | None) -> str:
 @click.option("--to", "to", type=int, required=True, help="The later round (its harness is the end).")
 @click.option("--scratch-run", default=None, metavar="ID", callback=run_id_option,
               help="The run id the re-runs go to  [default: RUN.bisect-<random>]")
+@click.option("--model", metavar="SPEC", help="The run's model spec again, with the credentials its record masks "
+                                              "(needed only then)  [default: the recorded one]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @pass_app
 def bisect_command(app: App, run_id: str, task: str, from_: int, to: int, scratch_run: str | None,
-                   as_json: bool) -> None:
+                   model: str | None, as_json: bool) -> None:
     """Apply the edits shipped between two rounds one at a time, re-run TASK under each, name the first change."""
-    b = run(_bisect(app, run_id, task, from_, to, scratch_run))
+    if model is not None:
+        check_spec_option("--model", model)
+    b = run(_bisect(app, run_id, task, from_, to, scratch_run, model))
     if as_json:
         _emit(bisect_json(b))
     else:
         _bisect_text(b)
 
 
-async def _bisect(app: App, run_id: str, task: str, a: int, b: int, scratch: str | None) -> Bisection:
+async def _bisect(app: App, run_id: str, task: str, a: int, b: int, scratch: str | None,
+                  model: str | None) -> Bisection:
     async with app.connect() as conn:
-        return await bisect(conn.log, run_id, task, a, b, scratch=scratch)
+        return await bisect(conn.log, run_id, task, a, b, scratch=scratch, model=model)
 
 
 def bisect_json(b: Bisection) -> dict[str, Any]:

@@ -36,10 +36,11 @@ from hx.replay.harness_diff import harness_in, task_round, task_variant
 from hx.replay.regressions import AttemptEvidence, attempts_of, ledger_of
 from hx.replay.timetravel import run_marks
 from hx.replay.trace_rounds import TimeTravelError
-from hx.runtime.models import ModelConfig
+from hx.runtime.models import ModelConfig, restore_spec
 from projections.ledger import RunLedger
 from schemas.edits import AnyEditOp
 from streams.log import EventLog
+from streams.redaction import scrub
 from streams.topology import check_run_id
 
 
@@ -97,7 +98,7 @@ class Bisection:
     reaches: bool = True
     """The edits applied to round A's harness give round B's."""
     model: str = ""
-    """The model spec the re-runs used."""
+    """The model spec the re-runs used, as shown (credentials masked)."""
     model_note: str = ""
     """Why that model (the run's spec, or round A's policy checkpoint)."""
 
@@ -164,14 +165,20 @@ def scratch_id(run: str, scratch: str | None) -> str:
 
 
 async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch: str | None = None,
-                 make_benchmark: Callable[[str], Benchmark] = benchmark) -> Bisection:
-    """Re-run ``task`` under each harness between rounds ``a`` and ``b``; name the first edit that flips it."""
+                 model: str | None = None, make_benchmark: Callable[[str], Benchmark] = benchmark) -> Bisection:
+    """Re-run ``task`` under each harness between rounds ``a`` and ``b``; name the first edit that flips it.
+
+    ``model``: the run's recorded model spec again, with the credentials the record masks.
+    """
     if a >= b:
         raise TimeTravelError(f"--from {a} must be an earlier round than --to {b}")
     marks = await run_marks(log, run)
     if not marks.evolution:
         raise TimeTravelError(f"run {run!r} has no ledger: hx bisect applies an evolution run's shipped edits")
     state = ledger_of(marks)
+    assert state.opened is not None
+    job = state.opened.settings
+    model_spec = restore_spec(str(job.get("model", "random:")), model, option="--model", what=f"run {run!r}")
     digests = {n: {d.task: d for d in ds} for n, ds in state.digests.items()}
     variants = {n: {t: d.variant for t, d in ds.items()} for n, ds in digests.items()}
     va, vb = task_variant(marks, variants, task, a), task_variant(marks, variants, task, b)
@@ -189,20 +196,18 @@ async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch:
     result = Bisection(run, task, (a, b), scratch_id(run, scratch), edits,
                        logged=(digests[a][task].solved, digests[b][task].solved),
                        reaches=harnesses[-1].digest == harness_in(state, vb, b).digest)
-    assert state.opened is not None
-    job = state.opened.settings
     first = marks.trace[ta].started.first_attempt
     settings = RolloutSettings(attempts=int(job.get("attempts", 2)), concurrency=int(job.get("concurrency", 4)),
                                max_steps=int(job.get("max_steps", 100)), seed=int(job.get("seed", 0)),
                                timeout_s=job.get("timeout_s"))
     ran = await attempts_of(log, run, [ta, tb], [task])
-    result.model, result.model_note = rerun_model(str(job.get("model", "random:")),
-                                                  [x for x in ran[task] if x.trace_round == ta],
-                                                  [x for x in ran[task] if x.trace_round == tb])
+    live, result.model_note = rerun_model(model_spec, [x for x in ran[task] if x.trace_round == ta],
+                                          [x for x in ran[task] if x.trace_round == tb])
+    result.model = scrub(live)
     names = sorted({str(spec).partition(":")[0] for spec in job.get("benches", ())} or {task.partition(":")[0]})
     benches = [make_benchmark(n) for n in names]
     try:
-        await _trials(log, result, harnesses, benches, ModelConfig(main=result.model), settings, first)
+        await _trials(log, result, harnesses, benches, ModelConfig(main=live), settings, first)
     finally:
         for bench in benches:
             bench.close()

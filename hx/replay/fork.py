@@ -31,7 +31,7 @@ from hx.replay.logged import LoggedRound, NotOnLog, ReplayError, model_specs, re
 from hx.replay.recorded import FedTask, Recording
 from hx.replay.replayer import close_benchmarks, live_task, open_benchmarks, round_harness, run_ledger
 from hx.runtime.loop import AttemptResult, RunLoop
-from hx.runtime.models import ModelConfig
+from hx.runtime.models import ModelConfig, restore_spec
 from hx.runtime.providers.base import CallContext, Completion, Provider, make_provider, register_provider
 from hx.runtime.providers.replay import ReplayProvider
 from hx.runtime.task import Task
@@ -40,6 +40,7 @@ from schemas.lifecycle import AttemptFinished, RoundFinished, RoundStarted, RunF
 from schemas.messages import Message, ToolSchema
 from streams.connection import Connection
 from streams.errors import ConcurrencyConflict
+from streams.redaction import scrub
 from streams.topology import TRACE, check_run_id, trace_subject
 
 
@@ -95,6 +96,7 @@ class ForkReport:
     step: int
     harness_digest: str
     model: str
+    """The live model's spec as shown (credentials masked)."""
     result: AttemptResult
     original: AttemptFinished | None
     departure: Divergence | None
@@ -142,11 +144,13 @@ async def fork_attempt(conn: Connection, run_id: str, task: str, attempt: int, s
     ledger = await run_ledger(conn, run_id, plugin_dir)
     config = harness or (await round_harness(conn, logged, ledger, plugin_dir))[0]
     specs = model_specs(records)
-    original_main = specs.get("main", "random:")
-    live = model or original_main
+    original_main = specs.get("main", "random:")  # as logged: credentials masked
+    live = model if model is not None else restore_spec(
+        original_main, None, option="--model", what=f"attempt {attempt} of task {task!r} in run {run_id!r}")
+    shown = scrub(live)
     fork_id = check_run_id(fork_id or f"{run_id}-fork-{uuid.uuid4().hex[:6]}")
     options: dict[str, Any] = {"source_run": run_id, "source_round": round, "until_step": step,
-                               "live_options": _live_options(logged.run, live)}
+                               "live_options": _live_options(logged.run, shown)}
     if seed is not None:
         options["seed"] = seed
     roles = {r: fork_spec(s) for r, s in specs.items() if r != "main"}
@@ -155,10 +159,10 @@ async def fork_attempt(conn: Connection, run_id: str, task: str, attempt: int, s
     max_steps = logged.max_steps(ledger)
     provenance = {"source_run": run_id, "source_round": round, "task": task, "attempt": attempt, "step": step,
                   "harness_digest": config.digest, "source_harness_digest": logged.harness_digest,
-                  "model": live, "source_model": original_main, "seed": seed}
+                  "model": shown, "source_model": original_main, "seed": seed}
     started = RunStarted(run_id=fork_id, kind="fork", seed=recording.started.seed, config={
         "fork": provenance, "max_steps": max_steps, "harness": "fork", "harness_digest": config.digest,
-        "harness_config": config.to_dict(), "model": {"main": live}})
+        "harness_config": config.to_dict(), "model": {"main": shown}})
     loop = RunLoop(models, config.validate(), log=conn.log)
     benches = open_benchmarks([task])
     try:
@@ -168,11 +172,11 @@ async def fork_attempt(conn: Connection, run_id: str, task: str, attempt: int, s
         close_benchmarks(benches)
     subject = trace_subject(fork_id, round, task, attempt)
     forked = [r.event for r in resolve([r async for r in conn.log.read(TRACE.name, subjects=[subject])])]
-    aliases = Aliases(models={**{fork_spec(s): s for s in specs.values()}, fork_spec(live): original_main},
+    aliases = Aliases(models={**{fork_spec(s): s for s in specs.values()}, scrub(fork_spec(live)): original_main},
                       run_ids={fork_id: run_id}, digests={config.digest: logged.harness_digest})
     departure = compare_attempt(trace_subject(run_id, round, task, attempt), records, forked, aliases)
     return ForkReport(fork_id=fork_id, source_run=run_id, round=round, task=task, attempt=attempt, step=step,
-                      harness_digest=config.digest, model=live, result=result, original=recording.finished,
+                      harness_digest=config.digest, model=shown, result=result, original=recording.finished,
                       departure=departure)
 
 

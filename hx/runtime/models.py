@@ -19,7 +19,7 @@ from hx.runtime.loop import AttemptResult, RunLoop
 from hx.runtime.providers.base import ModelSpecError, ProviderError, check_spec
 from hx.runtime.task import Task
 from streams.log import EventLog
-from streams.redaction import scrub
+from streams.redaction import MASK, scrub
 
 
 class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -93,6 +93,27 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def agentic(self, harness: HarnessConfig, *, log: EventLog | None = None) -> Agent:
         """Bind this model configuration to a validated harness: an agent ready to run tasks."""
         return Agent(self, harness.validate(), log=log)
+
+
+def restore_spec(recorded: str, given: str | None, *, option: str, what: str) -> str:
+    """The model spec to call for one a run recorded: ``recorded``, or ``given`` when it masks to exactly ``recorded``.
+
+    What a run records has its credentials masked (``scrub``), so a spec that had any cannot
+    reach its server as recorded: ``given`` (the spec passed again as ``option``) brings the
+    credentials back, and may change nothing else. ``what`` names the record in errors.
+
+    >>> restore_spec("openai:m@http://***@h/v1", "openai:m@http://me:pw@h/v1", option="--model", what="run r")
+    'openai:m@http://me:pw@h/v1'
+    """
+    if given is None or given == recorded:
+        if MASK in recorded:
+            raise ModelSpecError(f"{what} recorded {option} {recorded!r} with its credentials masked: pass it "
+                                 f"again with them, as {option} SPEC (SPEC must mask to exactly that)")
+        return recorded
+    if scrub(given) != recorded:
+        raise ModelSpecError(f"{option} {scrub(given)!r} differs from the spec {what} recorded, {recorded!r}: "
+                             f"{option} may only give back the credentials the record masks")
+    return given
 
 
 class Agent:

@@ -160,6 +160,8 @@ def check_spec(spec: str, options: Mapping[str, Any] | None = None) -> None:
 
 def check_url(url: str, where: str) -> None:
     """Raise ``ModelSpecError`` unless ``url`` is an absolute http(s) URL with a host (and a valid port)."""
+    if any(c.isspace() for c in url):
+        raise ModelSpecError(f"{where}: {mask_url(url)!r} is not a URL: it holds a space")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - parsing the port is the check: ValueError when it is not a number in range

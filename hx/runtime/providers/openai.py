@@ -3,7 +3,9 @@
 The spec is ``openai:MODEL`` with the server's base URL from ``options["base_url"]``,
 ``HX_OPENAI_BASE_URL`` or ``http://127.0.0.1:8000/v1``; ``openai:MODEL@http://host:port/v1``
 names the server in the spec itself. The key (``options["api_key"]``, ``HX_OPENAI_API_KEY``
-or ``OPENAI_API_KEY``) goes in a Bearer header and never into an error message.
+or ``OPENAI_API_KEY``) goes in a Bearer header and never into an error message. A query in
+the base URL (``...@https://host/v1?api-version=2&api_key=KEY``) is sent with every request;
+its secret values, like a password in the URL, are masked wherever the spec is shown.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx2
 
@@ -50,6 +53,26 @@ def base_url(model: str, options: Mapping[str, Any]) -> str:
     """The server's base URL for a spec's model part and options (spec, option, environment, default)."""
     _, url = split_spec(model)
     return (url or option_or_env(options, "base_url", "HX_OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def shown_spec(model: str) -> str:
+    """An ``openai:`` spec as errors show it: credentials masked, whether its server part is a URL or not."""
+    name, url = split_spec(model)
+    if url is not None:
+        return f"openai:{name}@{mask_url(url)}"
+    head, at, rest = name.partition("@")
+    return f"openai:{head}{at}{mask_url(rest) if at else ''}"
+
+
+def split_query(url: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A base URL without its query (and fragment), and the query's parameters, sent with every request.
+
+    The request path goes after the base URL's path, so a query left in it would end up
+    before the path (``/v1?key=K/chat/completions``).
+    """
+    parts = urlsplit(url)
+    query = tuple(parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit(parts._replace(query="", fragment="")).rstrip("/"), query
 
 
 def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -161,9 +184,10 @@ class OpenAIProvider(Provider):
         super().__init__(model, **kwargs)
         self.model_name = split_spec(model)[0]
         """The model name sent to the server."""
-        self.base_url = base_url(model, self.options)
+        url = base_url(model, self.options)
+        register_url(url)
+        self.base_url, self._query = split_query(url)
         """The server's base URL (ending in ``/v1`` for most servers); credentials in it are registered secrets."""
-        register_url(self.base_url)
         self._key = self.secret("api_key", "HX_OPENAI_API_KEY", "OPENAI_API_KEY")
         self._timeout = float(self.options.get("timeout", DEFAULT_TIMEOUT_S))
         self._http: httpx2.AsyncClient | None = None
@@ -175,11 +199,14 @@ class OpenAIProvider(Provider):
     def check(cls, model: str, options: Mapping[str, Any]) -> None:
         """A model name, and a well-formed http(s) base URL (its credentials registered as secrets)."""
         name, url = split_spec(model)
-        where = f"model {mask_url('openai:' + model)!r}"
+        where = f"model {shown_spec(model)!r}"
         if not name:
             raise ModelSpecError(f"{where}: no model name (openai:MODEL or openai:MODEL@http://host:port/v1)")
         if url is None and "://" in name:
             raise ModelSpecError(f"{where}: the server URL after '@' must start with http:// or https://")
+        if url is None and "@" in name:
+            raise ModelSpecError(f"{where}: {mask_url(name.partition('@')[2])!r} after '@' is not a server URL "
+                                 f"(openai:MODEL@http://host:port/v1)")
         url = base_url(model, options)
         register_url(url)
         check_url(url, where)
@@ -188,8 +215,8 @@ class OpenAIProvider(Provider):
         if self._http is None:
             headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
             # HTTP(S)_PROXY and NO_PROXY apply unless options say trust_env=False
-            self._http = httpx2.AsyncClient(base_url=self.base_url, headers=headers, timeout=self._timeout,
-                                            trust_env=bool(self.options.get("trust_env", True)))
+            self._http = httpx2.AsyncClient(base_url=self.base_url, headers=headers, params=self._query,
+                                            timeout=self._timeout, trust_env=bool(self.options.get("trust_env", True)))
         return self._http
 
     def request_body(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
