@@ -209,6 +209,10 @@ def run_tests(tree: Path, tests: Sequence[str], timeout: float) -> Outcome:
     return Outcome("error", f"pytest exit {proc.returncode}: {tail}", seconds)
 
 
+class Stale(Exception):
+    """A mutant whose text is not (or not once) in today's source."""
+
+
 def plant(tree: Path, mutant: Mutant) -> str:
     """Apply the mutant's edits in ``tree``; return the file's original text."""
     path = tree / mutant.path
@@ -217,8 +221,8 @@ def plant(tree: Path, mutant: Mutant) -> str:
     for old, new in mutant.edits:
         count = text.count(old)
         if count != 1:
-            raise SystemExit(f"error: mutant {mutant.name}: the text it replaces occurs {count} times in "
-                             f"{mutant.path}, not once: update the mutant to the source\n  {old!r}")
+            raise Stale(f"error: mutant {mutant.name}: the text it replaces occurs {count} times in {mutant.path}, "
+                        f"not once: update the mutant to the source\n  {old!r}")
         text = text.replace(old, new)
     path.write_text(text)
     return original
@@ -243,8 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hx-mutants-") as scratch:
         tree = Path(scratch)
         copy_tree(tree)
-        for m in chosen:  # every mutant applies to today's source, before an hour of tests says so
-            (tree / m.path).write_text(plant(tree, m))
+        try:  # every mutant applies to today's source, before minutes of tests say so
+            for m in chosen:
+                (tree / m.path).write_text(plant(tree, m))
+        except Stale as exc:
+            print(exc)
+            return 2
         every = [t for m in chosen for t in m.tests]
         print(f"unmutated: {len(dict.fromkeys(every))} test selections of {len(chosen)} mutants ...", flush=True)
         base = run_tests(tree, every, args.timeout)

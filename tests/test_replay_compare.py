@@ -70,10 +70,10 @@ def changes(value: Any, t: mi.Type, path: str = "") -> Iterator[Change]:
     if isinstance(t, mi.Metadata):
         t = t.type
     if isinstance(t, mi.AnyType):  # a value of a dict[str, Any]: its own type says what else it could be
-        t = mi.StrType() if value is None else mi.type_info(type(value))
         if value is None:
             yield path, "~"
             return
+        t = mi.type_info(type(value))
     if isinstance(t, mi.UnionType):
         if value is None:
             yield path, sample(t)
