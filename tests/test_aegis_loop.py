@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from evolve_worker import job
+from toybench import RANDOM, ToyBench
+from toybench import ids as toy_ids
 from toyworld import ToyWorld
 
 from hx.aegis.evidence import Evidence, HeldoutAccess
@@ -25,7 +27,7 @@ from hx.aegis.ledger import Ledger, LedgerConflict
 from hx.aegis.session import Parts, run_evolution
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
-from hx.bench.rollout import RolloutSettings
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.bench.splits import Splits, round_roles
 from hx.cli.main import cli
 from hx.harness.edits import apply
@@ -135,6 +137,27 @@ async def test_evidence_refuses_heldout_rounds(nats_url: str) -> None:
             await Evidence(conn.log, "evo-guard").attempts([heldout])
         with pytest.raises(HeldoutAccess, match="does not exist"):
             await Evidence(conn.log, "evo-guard").attempts([999])
+
+
+async def test_evidence_refuses_a_heldout_round_whose_role_it_has_already_read(nats_url: str) -> None:
+    """Evidence reads a run's round roles once and keeps them: a held-out round among them is still refused."""
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        rollout = Rollout([ToyBench()], RANDOM, starter_harness("textworld"), log=conn.log,
+                          settings=RolloutSettings(attempts=1, max_steps=6))
+        await rollout.start("evo-cached")
+        await rollout.run_round("evo-cached", 0, toy_ids("walk", 2))
+        await rollout.run_round("evo-cached", 1, toy_ids("easy", 2, "test"), role="heldout",
+                                label=RoundLabel(purpose="heldout"))
+        evidence = Evidence(conn.log, "evo-cached")
+        assert len(await evidence.attempts([0])) == 2  # both rounds' roles are read now
+        for asked in ([1], [0, 1], [1, 0]):
+            with pytest.raises(HeldoutAccess, match="trace round 1 of run 'evo-cached' is a heldout round"):
+                await evidence.attempts(asked)
+        await rollout.run_round("evo-cached", 2, toy_ids("easy", 1, "test"), role="heldout",
+                                label=RoundLabel(purpose="heldout"))  # a round begun after the roles were read
+        with pytest.raises(HeldoutAccess, match="trace round 2 of run 'evo-cached' is a heldout round"):
+            await evidence.attempts([0, 2])
+        assert [f.trace_round for f in await evidence.attempts([0])] == [0, 0]
 
 
 class Fixed(Evolver):

@@ -13,13 +13,16 @@ import msgspec
 import pytest
 from audit_kit import EvolvedRun, evolved_run, rechained
 from hx_cli import error_line, ok
-from ledger_run import LedgerRun
+from ledger_run import GATE_CHECKS, STARTER, LedgerRun, attach
+from toybench import RANDOM, ToyBench
+from toybench import ids as toy_ids
 
 from hx.aegis.ledger import Ledger
+from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.cli.audit import EXIT_NOT_VERIFIED
 from schemas.edits import Anchor, Manifest
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TYPE
-from schemas.ledger import GateCheck, GateJudged, RoundDigested
+from schemas.ledger import GateCheck, GateJudged, HeldoutScored, RoundDigested
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.edit_ledger import ledger_filter
@@ -277,6 +280,47 @@ def test_a_forged_verdict_on_a_candidate_never_proposed_is_caught(evolved: Evolv
                                                                             rechained(lines, k)))))
     assert (f"event {lines[k]['position']} (ledger.gate_judged): names candidate C-R9-99, which no earlier "
             "candidate_proposed proposed") in report
+
+
+def test_a_ship_or_fork_the_gate_did_not_pass_for_is_named(evolved: EvolvedRun) -> None:
+    """A candidate the gate rejected, shipped anyway; one passed for a ship, forked instead (another run of its own)."""
+    run = LedgerRun(run_id="unpassed")
+    run.proposed(0, "C-U-01", (attach("action_pruner"),))
+    checks = tuple(GateCheck(name=n, passed=n != "effect") for n in GATE_CHECKS)
+    run.records.append(GateJudged(run_id=run.run_id, round=0, candidate="C-U-01", variant="v0", passed=False,
+                                  outcome="reject", checks=checks, first_failure="effect"))
+    run.shipped(0, "C-U-01")
+    run.proposed(0, "C-U-02", (attach("task_objects"),))
+    run.gated(0, "C-U-02")
+    run.forked(0, "C-U-02", "v1", ("b:h",))
+    write_ledger(evolved.url, run)
+    report = unwrapped(not_verified(evolved.hx("audit", "verify", "unpassed")))
+    assert "event 4 (ledger.harness_shipped): ships candidate C-U-01, which the gate rejected at effect (event 3)" \
+        in report
+    assert "event 7 (ledger.variant_forked): is a fork of C-U-02, but the gate passed it for a ship (event 6)" in report
+
+
+def test_a_trace_round_cited_for_what_it_was_not_is_named(evolved: EvolvedRun) -> None:
+    """A round digest citing a held-out round as its main rollouts, a held-out score citing a main round."""
+    async def rounds() -> None:
+        async with connect(NatsSettings(url=evolved.url)) as conn:
+            rollout = Rollout([ToyBench()], RANDOM, STARTER, log=conn.log,
+                              settings=RolloutSettings(attempts=1, max_steps=4))
+            await rollout.start("cited", kind="evolve")
+            await rollout.run_round("cited", 0, toy_ids("walk", 1), label=RoundLabel(purpose="main", variant="v0",
+                                                                                      stage_round=0))
+            await rollout.run_round("cited", 1, toy_ids("easy", 1, "test"), role="heldout",
+                                    label=RoundLabel(purpose="heldout", variant="v0", stage_round=0))
+    asyncio.run(rounds())
+    run = LedgerRun(run_id="cited")
+    run.records.append(RoundDigested(run_id="cited", round=0, actionability=1.0, trace_rounds=(1,)))
+    run.records.append(HeldoutScored(run_id="cited", round=0, trace_round=0, heldout_digest="", tasks=1))
+    write_ledger(evolved.url, run)
+    report = unwrapped(not_verified(evolved.hx("audit", "verify", "cited")))
+    assert ("event 2 (ledger.round_digested): cites trace round 1 as a main round of round 0; the trace says it is "
+            "a heldout round of round 0") in report
+    assert ("event 3 (ledger.heldout_scored): cites trace round 0 as a heldout round; the trace says it is a main "
+            "round of round 0") in report
 
 
 def test_a_ledger_event_this_hx_cannot_read_is_an_error_not_a_dropped_event(evolved: EvolvedRun) -> None:

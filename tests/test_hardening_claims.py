@@ -11,17 +11,22 @@ from pathlib import Path
 
 import pytest
 from toybench import RANDOM, ToyBench, ids
+from toyworld import ToyWorld
 
+from hx.aegis.evolvers.offline import OfflineEvolver
+from hx.aegis.session import Parts, new_job, run_evolution
+from hx.aegis.settings import EvolveSettings
 from hx.bench.results import ResultsClaim, ResultsError, from_json, summarise
 from hx.bench.rollout import Rollout, RolloutSettings, RunExists
 from hx.harnesses import starter_harness
 from schemas.envelope import Record
+from schemas.ledger import EvolutionFinished, LedgerEvent, LedgerOpened
 from schemas.lifecycle import AttemptFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
-from streams.topology import TRACE, trace_filter, trace_subject
+from streams.topology import LEDGER, TRACE, trace_filter, trace_subject
 
 
 def rollout(log: EventLog) -> Rollout:
@@ -50,6 +55,31 @@ async def test_two_runs_with_one_id_at_once_one_wins_and_the_other_writes_nothin
     assert finished.status == "completed"  # the loser never wrote a 'failed' over the winner's run
     verdicts = Counter((r.event.task_id, r.event.attempt) for r in recs if isinstance(r.event, AttemptFinished))
     assert set(verdicts.values()) == {1} and len(verdicts) == len(tasks) * 2  # no attempt of the loser
+
+
+async def test_two_evolvers_with_one_run_id_at_once_one_wins_and_the_other_writes_nothing(nats_url: str) -> None:
+    """``hx evolve``'s own claim on the trace: the second evolver is refused before it writes a thing."""
+    bench = ToyWorld()
+    job = new_job("evo-same", [bench], ["toyworld:rooms"], tasks=4, heldout_tasks=2, model="random:",
+                  harness=starter_harness("textworld"), harness_source="starter:textworld", evolver="offline",
+                  meta_model="", rollout=RolloutSettings(attempts=1, concurrency=2, max_steps=12, seed=3),
+                  settings=EvolveSettings(rounds=1, patience=1))
+    settings = NatsSettings(url=nats_url)
+    async with connect(settings) as one, connect(settings) as two:  # two processes' worth of connections
+        results = await asyncio.gather(*(run_evolution(conn, [bench], job, Parts(OfflineEvolver()), resume=False)
+                                         for conn in (one, two)), return_exceptions=True)
+        trace = await run_records(one.log, "evo-same")
+        ledger = [r async for r in one.log.read(LEDGER.name)]
+    losses = [r for r in results if isinstance(r, BaseException)]
+    assert len(losses) == 1 and isinstance(losses[0], RunExists), results
+    assert "run 'evo-same' is already on the log; use another run id or --resume it" in str(losses[0])
+    types = Counter(r.type for r in trace)
+    assert types[RunStarted.TYPE] == 1 and types[RunFinished.TYPE] == 1  # the winner's claim and end, no other
+    rounds = Counter(r.event.round for r in trace if isinstance(r.event, RoundStarted))
+    assert rounds and set(rounds.values()) == {1}  # every round once: the loser ran none
+    assert [r.type for r in ledger].count(LedgerOpened.TYPE) == 1
+    assert {r.event.run_id for r in ledger if isinstance(r.event, LedgerEvent)} == {"evo-same"}
+    assert isinstance(ledger[-1].event, EvolutionFinished)  # the winner's run, to its end
 
 
 async def test_two_rounds_with_one_number_at_once_one_wins(nats_url: str) -> None:
