@@ -49,7 +49,7 @@ def ledger_command(app: App, run_id: str, round_: int | None, as_json: bool) -> 
 
 
 async def _listing(app: App, run_id: str, round_: int | None) -> LedgerListing:
-    async with app.connect() as conn:
+    async with app.connect(auditor=True) as conn:
         shown = await listing(conn.log, run_id, round_)
         quarantine_note(conn.log)
     return shown
@@ -128,12 +128,12 @@ def verify_command(ctx: click.Context, app: App, run_id: str | None, path: Path 
 
 
 async def _on_log(app: App, run_id: str) -> list[LedgerEntry]:
-    async with app.connect() as conn:
+    async with app.connect(auditor=True) as conn:
         return await read_ledger(conn.log, run_id)
 
 
 async def _verify(app: App, run_id: str) -> Verification:
-    async with app.connect() as conn:
+    async with app.connect(auditor=True) as conn:
         result = await verify_run(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
         quarantine_note(conn.log)
     return result

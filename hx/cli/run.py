@@ -117,7 +117,7 @@ def run_command(app: App, benches: tuple[str, ...], split: str, tasks: int, atte
     chosen_role: SplitRole = role or ("heldout" if split == "test" else "adaptation")
     models = ModelConfig(main=model)
     models.check()  # before anything is claimed, started or appended
-    claim = ResultsClaim(out or app.settings.data_dir / "results" / f"{run_id}.json")
+    claim = ResultsClaim(out or app.private_data_dir() / "results" / f"{run_id}.json")
     try:
         outcome = run(_run(app, run_id, list(benches), split, tasks, models, harness_path, settings, chosen_role))
     except BaseException:
