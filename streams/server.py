@@ -4,19 +4,15 @@ State lives in ``<data_dir>/nats/`` (mode 0700): ``server.json`` names the runni
 (pid, port, process start time, the digest of its configuration), ``clients/`` holds one
 file per process using it, and ``lock`` serialises start and stop. A stale record (dead pid,
 closed port, or a pid that now belongs to another process) is detected and replaced; the
-last client to leave stops the server unless it was started in the foreground by ``hx
-server``. hx signals a process only after checking that it is the nats-server it started for
-this data directory.
+last client to leave stops the server unless ``hx server`` runs it in the foreground. hx
+signals a process only after checking that it is the nats-server it started for this data dir.
 
-The server has two users (``streams.permissions``): the writer, whose user and password are
-in ``credentials.json``, and the read-only auditor, in ``auditor.json``; both files and the
-server's ``server.conf`` (mode 0600) are generated per data directory on first use, so
-another local user's process cannot read or change the streams. ``EmbeddedServer.acquire``
-returns a client URL carrying one user's credentials; the passwords are registered secrets
-(``streams.redaction``). A server started with another configuration (an older hx's single
-user) is restarted when no client uses it, and refused otherwise. A data directory, its
-``nats/`` or a file in it that another user owns or could change is refused
-(``streams.private``).
+The server has two users (``streams.permissions``): the writer (``credentials.json``) and the
+read-only auditor (``auditor.json``). Both files and ``server.conf`` (mode 0600) are made per
+data directory on first use; the passwords are registered secrets (``streams.redaction``).
+A server started with another configuration (an older hx's single user) is restarted when no
+client uses it, refused otherwise. A data directory, ``nats/`` or a file in it that another
+user owns or could change is refused (``streams.private``).
 """
 
 from __future__ import annotations
@@ -244,10 +240,12 @@ class EmbeddedServer:
             check_private(path)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.check()
+    def _locked(self, *, check: bool = True) -> Iterator[None]:
+        if check:  # before a start or a join; leaving never refuses (that would leave the server running)
+            self.check()
         try:
-            private_dir(self.data_dir)
+            if check:
+                private_dir(self.data_dir)
             self.root.mkdir(mode=0o700, exist_ok=True)
             os.chmod(self.root, 0o700)  # an older hx made it world-readable
             fh = open(self.root / "lock", "a+")  # noqa: SIM115 - closed below, after the lock is released
@@ -361,7 +359,7 @@ class EmbeddedServer:
 
     def release(self) -> None:
         """Leave the server; the last client out stops it unless it runs in the foreground."""
-        with self._locked():
+        with self._locked(check=False):
             if self._client_file is not None:
                 self._client_file.unlink(missing_ok=True)
                 self._client_file = None
@@ -394,7 +392,7 @@ class EmbeddedServer:
             proc.stop()
             return 0
         finally:
-            with self._locked():
+            with self._locked(check=False):
                 current = self.record()
                 if current is not None and current.pid == proc.pid:
                     self.record_path.unlink(missing_ok=True)
