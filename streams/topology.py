@@ -202,8 +202,9 @@ async def check_topology(js: JetStreamContext, heads: Heads) -> None:
     infos = await _checked_streams(js, heads)
     missing = [name for name, info in infos.items() if info is None]
     if missing:
-        raise TopologyMissing(f"stream {', '.join(missing)} does not exist on this server: nothing was recorded "
-                              "here yet (an hx command that writes, such as hx run or hx evolve, creates it)")
+        what = f"stream {missing[0]} does" if len(missing) == 1 else f"streams {', '.join(missing)} do"
+        raise TopologyMissing(f"{what} not exist on this server: nothing was recorded here yet (an hx command "
+                              "that writes, such as hx run or hx evolve, creates them)")
 
 
 async def apply_topology(js: JetStreamContext, heads: Heads | None = None) -> None:

@@ -161,7 +161,7 @@ async def test_the_auditor_reads_every_stream_and_can_publish_to_none(tmp_path: 
 
 
 async def test_hx_as_the_auditor_writes_nothing_and_names_a_refused_append(tmp_path: Path) -> None:
-    with pytest.raises(TopologyMissing, match="stream HX_TRACE, HX_LEDGER, HX_LEARN does not exist"):
+    with pytest.raises(TopologyMissing, match="streams HX_TRACE, HX_LEDGER, HX_LEARN do not exist"):
         async with connect(NatsSettings(data_dir=tmp_path), auditor=True):
             pass  # a fresh data dir: the auditor may not create the streams
     assert not (tmp_path / "heads.json").exists()
