@@ -18,7 +18,8 @@ DEFAULT_DATA_DIR = ".hx"
 _ENV_FIELDS = {
     "HX_NATS_URL": "url", "HX_NATS_USER": "user", "HX_NATS_PASSWORD": "password", "HX_NATS_TOKEN": "token",
     "HX_NATS_CREDS": "creds_file", "HX_NATS_TLS_CA": "tls_ca", "HX_NATS_TLS_CERT": "tls_cert",
-    "HX_NATS_TLS_KEY": "tls_key",
+    "HX_NATS_TLS_KEY": "tls_key", "HX_NATS_AUDITOR_USER": "auditor_user",
+    "HX_NATS_AUDITOR_PASSWORD": "auditor_password", "HX_NATS_AUDITOR_CREDS": "auditor_creds_file",
 }
 ENV_KEYS = (*_ENV_FIELDS, "HX_DATA_DIR", "HX_ACK_TIMEOUT")
 """Every environment variable ``NatsSettings.from_env`` reads."""
@@ -52,6 +53,11 @@ class NatsSettings:
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    auditor_user: str | None = None
+    """The read-only auditor's credentials on an external server (``hx audit``, ``hx ledger``); the embedded
+    server's are in its data directory."""
+    auditor_password: str | None = field(default=None, repr=False)
+    auditor_creds_file: str | None = None
     ack_timeout: float = 5.0
 
     def __repr__(self) -> str:
@@ -79,17 +85,23 @@ class NatsSettings:
         """True when hx runs its own nats-server instead of using ``url``."""
         return self.url is None
 
-    def connect_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``nats.connect`` carrying credentials and TLS."""
+    @property
+    def has_auditor(self) -> bool:
+        """True when the environment gives the auditor's own credentials (an external server)."""
+        return any(v is not None for v in (self.auditor_user, self.auditor_password, self.auditor_creds_file))
+
+    def connect_options(self, *, auditor: bool = False) -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect`` carrying credentials and TLS.
+
+        With ``auditor`` the auditor's credentials replace the writer's when the environment
+        gives them (``has_auditor``); otherwise the one user configured reads too.
+        """
         opts: dict[str, Any] = {}
-        if self.user is not None:
-            opts["user"] = self.user
-        if self.password is not None:
-            opts["password"] = self.password
-        if self.token is not None:
-            opts["token"] = self.token
-        if self.creds_file is not None:
-            opts["user_credentials"] = self.creds_file
+        mine = (self.auditor_user, self.auditor_password, None, self.auditor_creds_file) if (
+            auditor and self.has_auditor) else (self.user, self.password, self.token, self.creds_file)
+        for key, value in zip(("user", "password", "token", "user_credentials"), mine, strict=True):
+            if value is not None:
+                opts[key] = value
         if self.tls_ca or self.tls_cert:
             ctx = ssl.create_default_context(cafile=self.tls_ca)
             if self.tls_cert:

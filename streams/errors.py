@@ -25,6 +25,10 @@ class TopologyMismatch(LogError):
     """A stream or bucket exists with a configuration other than the declared one."""
 
 
+class TopologyMissing(LogError):
+    """A stream hx relies on does not exist, and a read-only connection may not create it."""
+
+
 class AppendTimeout(LogError):
     """An append was not acknowledged in time; it may or may not be stored."""
 
@@ -44,3 +48,7 @@ class UnacknowledgedAppends(LogError):
     def __init__(self, keys: list[str], reason: str) -> None:
         self.keys = keys
         super().__init__(f"{len(keys)} append(s) unacknowledged after retries: {reason}")
+
+
+class PermissionDenied(LogError):
+    """The NATS server refused this connection's user a publish or subscribe (``streams.permissions``)."""

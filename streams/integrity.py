@@ -161,21 +161,28 @@ class Heads:
 
     js: JetStreamContext
     mirror: HeadMirror | None = None
+    read_only: bool = False
+    """An auditor's heads: read and verified, never created or recorded (it may not write)."""
     _kv: KeyValue | None = field(default=None, repr=False)
 
     async def bucket(self) -> KeyValue:
-        """The heads bucket, created on first use."""
+        """The heads bucket, created on first use (read only: ``NotFoundError`` when there is none)."""
         if self._kv is None:
             try:
                 self._kv = await self.js.key_value(HEADS_BUCKET)
             except NotFoundError:
+                if self.read_only:
+                    raise
                 self._kv = await self.js.create_key_value(KeyValueConfig(bucket=HEADS_BUCKET, history=5,
                                                                          storage=StorageType.FILE))
         return self._kv
 
     async def server_heads(self, names: Iterable[str]) -> dict[str, tuple[StreamHead, int]]:
         """The server's head of each stream that has one, with the KV revision it is at."""
-        kv = await self.bucket()
+        try:
+            kv = await self.bucket()
+        except NotFoundError:  # read only, and no hx process recorded a head here yet
+            return {}
         out: dict[str, tuple[StreamHead, int]] = {}
         for name in names:
             try:
@@ -205,6 +212,8 @@ class Heads:
 
     async def record(self, infos: Iterable[StreamInfo], *, replace: bool = False) -> list[StreamHead]:
         """Move each stream's head forward to ``infos`` (on the server, then in the mirror); return the heads."""
+        if self.read_only:
+            raise LogError("read-only heads are never recorded (an auditor's connection may not write)")
         kv = await self.bucket()
         written: list[StreamHead] = []
         for info in infos:
@@ -233,6 +242,8 @@ class Heads:
 
     async def forget(self, name: str) -> None:
         """Record that stream ``name`` is absent on purpose (an accepted loss of a whole stream)."""
+        if self.read_only:
+            raise LogError("read-only heads are never recorded (an auditor's connection may not write)")
         kv = await self.bucket()
         await kv.put(name, msgspec.json.encode(StreamHead(stream=name)))
         if self.mirror is not None:

@@ -32,10 +32,11 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from schemas.envelope import MSG_ID, EncodedEvent, Record
 from schemas.event import Event
-from streams import reading
+from streams import direct, reading
 from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
 from streams.integrity import Heads
 from streams.outgoing import Entry, Outgoing, encoded_frame_message, entry_message, frame_message, pack_frames
+from streams.permissions import Refusals
 from streams.quarantine import Quarantine
 from streams.redaction import known_bytes
 from streams.topology import LEDGER, TRACE, stream_of
@@ -112,7 +113,7 @@ class EventLog:
 
     def __init__(self, nc: NATS, js: JetStreamContext, *, ack_timeout: float = 5.0,
                  max_in_flight: int = 512, retries: int = 5, retry_backoff: float = 0.25,
-                 heads: Heads | None = None) -> None:
+                 heads: Heads | None = None, refusals: Refusals | None = None) -> None:
         self.nc = nc
         self.js = js
         self.heads = heads
@@ -127,6 +128,10 @@ class EventLog:
         """What this log's reads skipped as unreadable, with the reason (``streams.reading``)."""
         self.retried = 0
         """How many message appends were sent again after a lost or late ack."""
+        self.refusals = refusals or Refusals()
+        """Permission violations the server reported: an append it refused fails at once on it, not retried."""
+        self.direct = False
+        """Read with batched direct gets, creating no consumer (the auditor's connection: ``streams.direct``)."""
 
     # --- appends ---------------------------------------------------------------------
 
@@ -193,6 +198,8 @@ class EventLog:
             except nats.errors.MaxPayloadError as exc:
                 raise out.too_large(self.nc.max_payload) from exc
             except _RETRYABLE as exc:
+                if (refused := self.refusals.get(out.subject)) is not None:
+                    raise refused from None  # a timeout that is the server's refusal: sending again cannot help
                 last_error = exc
                 continue
             if self.heads is not None and out.subject.startswith(LEDGER_PREFIX) and not ack.duplicate:
@@ -248,6 +255,9 @@ class EventLog:
             pending, reason = await self._pipeline(outgoing, pending, results)
             if not pending:
                 break
+            refused = next((r for i in pending if (r := self.refusals.get(outgoing[i].subject)) is not None), None)
+            if refused is not None:
+                raise refused
         if pending:
             raise UnacknowledgedAppends([outgoing[i].key for i in pending], reason)
         if self.heads is not None and any(o.subject.startswith(LEDGER_PREFIX) for o in outgoing):
@@ -309,8 +319,11 @@ class EventLog:
         stop = last if stop is None else min(stop, last)
         if start > stop:
             return
-        async for record in reading.consume(self.js, stream, start, subjects, types, batch, stop=stop,
-                                            timeout=self.ack_timeout, quarantine=self.quarantine):
+        records = direct.read(self.nc, stream, start, subjects, types, stop=stop, timeout=self.ack_timeout,
+                              quarantine=self.quarantine) if self.direct else reading.consume(
+            self.js, stream, start, subjects, types, batch, stop=stop, timeout=self.ack_timeout,
+            quarantine=self.quarantine)
+        async for record in records:
             yield record
 
     async def subscribe(self, stream: str = TRACE.name, *, start: int = 1, subjects: Sequence[str] = (),
@@ -319,11 +332,17 @@ class EventLog:
         """Yield records from ``start`` on, then new ones as they arrive, until the caller stops or ``until`` is set.
 
         ``until`` is checked between fetches (at least once a second), so a follower can be
-        stopped without cancelling a fetch in flight.
+        stopped without cancelling a fetch in flight. A log that reads ``direct`` cannot follow.
         """
+        if self.direct:
+            raise LogError("the auditor's connection reads with direct gets and cannot follow a stream")
         async for record in reading.consume(self.js, stream, start, subjects, types, batch, stop=None,
                                             timeout=self.ack_timeout, quarantine=self.quarantine, until=until):
             yield record
+
+    async def read_object(self, bucket: str, name: str) -> bytes | None:
+        """The bytes of object ``name`` in object store ``bucket`` (None: absent), read with direct gets."""
+        return await direct.read_object(self.nc, bucket, name, self.ack_timeout)
 
 
 __all__ = ["MSG_ID", "Appended", "EncodedEvent", "EventLog", "PendingAppend"]

@@ -44,7 +44,7 @@ MASK = "***"
 MIN_SECRET_LENGTH = 8
 """Shorter values are not masked as free text (they would mask ordinary words); in a URL they still are."""
 SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "HX_OPENAI_API_KEY",
-              "HX_NATS_PASSWORD", "HX_NATS_TOKEN")
+              "HX_NATS_PASSWORD", "HX_NATS_TOKEN", "HX_NATS_AUDITOR_PASSWORD")
 """Environment variables whose values are secrets."""
 
 # scheme://userinfo@ : userinfo runs to the last '@' before the path (a password may hold an '@').

@@ -1,16 +1,18 @@
 """The embedded nats-server: started on demand, shared by every hx process on one data dir.
 
 State lives in ``<data_dir>/nats/`` (mode 0700): ``server.json`` names the running server
-(pid, port, process start time), ``clients/`` holds one file per process using it, and
-``lock`` serialises start and stop. A stale record (dead pid, closed port, or a pid that
-now belongs to another process) is detected and replaced; the last client to leave stops
-the server unless it was started in the foreground by ``hx server``. hx signals a process
-only after checking that it is the nats-server it started for this data directory.
+(pid, port, process start time, the digest of its configuration), ``clients/`` holds one
+file per process using it, and ``lock`` serialises start and stop. A stale record (dead pid,
+closed port, or a pid that now belongs to another process) is detected and replaced; the
+last client to leave stops the server unless ``hx server`` runs it in the foreground. hx
+signals a process only after checking that it is the nats-server it started for this data dir.
 
-The server demands a password: ``credentials.json`` and the server's ``server.conf``
-(both mode 0600) are generated per data directory on first use, so another local user's
-process cannot read or change the streams. ``EmbeddedServer.acquire`` returns a client URL
-carrying those credentials; the password is a registered secret (``streams.redaction``).
+The server has two users (``streams.permissions``): the writer (``credentials.json``) and the
+read-only auditor (``auditor.json``). Both files and ``server.conf`` (mode 0600) are made per
+data directory on first use; the passwords are registered secrets (``streams.redaction``).
+A server started with another configuration (an older hx's single user) is restarted when no
+client uses it, refused otherwise. A data directory, ``nats/`` or a file in it that another
+user owns or could change is refused (``streams.private``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import dataclasses
 import fcntl
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -32,10 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from streams.errors import ServerError
-from streams.processes import free_port, pid_alive, port_open, process_args, process_start, terminate
-from streams.redaction import register
+import structlog
 
+from streams.errors import ServerError
+from streams.permissions import AUDITOR_USER, WRITER_USER, authorization, config_digest, user_file
+from streams.private import check_private, private_dir, write_private
+from streams.processes import free_port, pid_alive, port_open, process_args, process_start, terminate
+
+log = structlog.get_logger("hx.streams")
 READY_TIMEOUT = 10.0
 _PORT_TRIES = 5
 
@@ -178,6 +183,8 @@ class ServerRecord:
     """The JetStream store directory the server was started on."""
     auth: bool = False
     """True when the server demands the data directory's credentials."""
+    config: str = ""
+    """The digest of the configuration it was started with (``config_digest``); empty from an older hx."""
 
     @property
     def url(self) -> str:
@@ -208,26 +215,42 @@ class ServerRecord:
 class EmbeddedServer:
     """The nats-server hx runs for itself under a data directory, shared between processes."""
 
-    USER = "hx"
-
     def __init__(self, data_dir: Path | str) -> None:
-        self.root = Path(data_dir).resolve() / "nats"
+        self.data_dir = Path(data_dir).resolve()
+        self.root = self.data_dir / "nats"
         self.store_dir = self.root / "store"
         self.clients_dir = self.root / "clients"
         self.record_path = self.root / "server.json"
         self.credentials_path = self.root / "credentials.json"
+        """The writer's user and password."""
+        self.auditor_path = self.root / "auditor.json"
+        """The read-only auditor's user and password: a file the owner may hand to a third party."""
         self.config_path = self.root / "server.conf"
         self._client_file: Path | None = None
         self._started: NatsProcess | None = None  # kept so we can reap the child we spawned
 
+    def check(self) -> None:
+        """Refuse (``UnsafePath``) a data directory, ``nats/`` or file in it that another user owns or could change.
+
+        The secrets must be readable by their owner only; nothing is written.
+        """
+        for path in (self.data_dir, self.root, self.record_path):
+            check_private(path, secret=False)
+        for path in (self.credentials_path, self.auditor_path, self.config_path):
+            check_private(path)
+
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, check: bool = True) -> Iterator[None]:
+        if check:  # before a start or a join; leaving never refuses (that would leave the server running)
+            self.check()
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if check:
+                private_dir(self.data_dir)
+            self.root.mkdir(mode=0o700, exist_ok=True)
             os.chmod(self.root, 0o700)  # an older hx made it world-readable
             fh = open(self.root / "lock", "a+")  # noqa: SIM115 - closed below, after the lock is released
         except OSError as exc:
-            raise ServerError(f"cannot use data directory {self.root.parent}: {exc.strerror or exc}") from None
+            raise ServerError(f"cannot use data directory {self.data_dir}: {exc.strerror or exc}") from None
         with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
@@ -242,41 +265,37 @@ class EmbeddedServer:
             started = data.get("started")
             return ServerRecord(int(data["pid"]), str(data["host"]), int(data["port"]),
                                 bool(data.get("foreground", False)), None if started is None else int(started),
-                                str(data.get("store", "")), bool(data.get("auth", False)))
+                                str(data.get("store", "")), bool(data.get("auth", False)), str(data.get("config", "")))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def _write_record(self, rec: ServerRecord) -> None:
-        tmp = self.record_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(rec)))
-        tmp.replace(self.record_path)
+        write_private(self.record_path, json.dumps(dataclasses.asdict(rec)).encode())  # whatever the umask
 
-    def _new_record(self, proc: NatsProcess, *, foreground: bool = False) -> ServerRecord:
+    def _new_record(self, proc: NatsProcess, config: str, *, foreground: bool = False) -> ServerRecord:
         return ServerRecord(proc.pid, proc.host, proc.port, foreground, process_start(proc.pid),
-                            str(proc.store_dir), auth=True)
+                            str(proc.store_dir), auth=True, config=config_digest(config))
 
     def credentials(self) -> tuple[str, str]:
-        """The user and password of this data directory's server, made on first use (files mode 0600)."""
-        try:
-            data = json.loads(self.credentials_path.read_text())
-            user, password = str(data["user"]), str(data["password"])
-        except FileNotFoundError:
-            user, password = self.USER, secrets.token_urlsafe(32)
-            _write_private(self.credentials_path, json.dumps({"user": user, "password": password}))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ServerError(f"cannot read the server credentials {self.credentials_path}: {exc}; remove the "
-                              "file while no hx process uses this data directory to make new ones") from None
-        if self.credentials_path.stat().st_mode & 0o077:
-            os.chmod(self.credentials_path, 0o600)
-        register(password)
-        return user, password
+        """The writer's user and password, made on first use (file mode 0600)."""
+        user = user_file(self.credentials_path, WRITER_USER)
+        return user.name, user.password
+
+    def auditor_credentials(self) -> tuple[str, str]:
+        """The read-only auditor's user and password, made on first use (file mode 0600)."""
+        user = user_file(self.auditor_path, AUDITOR_USER)
+        return user.name, user.password
+
+    def _config(self) -> str:
+        """The server configuration for this data directory's two users."""
+        writer, auditor = user_file(self.credentials_path, WRITER_USER), user_file(self.auditor_path, AUDITOR_USER)
+        if writer.name == auditor.name:
+            raise ServerError(f"{self.credentials_path} and {self.auditor_path} name the same user {writer.name!r}; "
+                              "remove the auditor's file while no hx process uses this data directory")
+        return authorization(writer, auditor)
 
     def _client_url(self, rec: ServerRecord, user: str, password: str) -> str:
         return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{rec.host}:{rec.port}"
-
-    def _write_config(self, user: str, password: str) -> None:
-        _write_private(self.config_path, f"authorization {{\n  user: {json.dumps(user)}\n"
-                                         f"  password: {json.dumps(password)}\n}}\n")
 
     def _live_clients(self) -> list[Path]:
         live = []
@@ -288,27 +307,45 @@ class EmbeddedServer:
                 path.unlink(missing_ok=True)  # a client that died without leaving
         return live
 
-    def _running(self) -> ServerRecord | None:
+    def _running(self, config: str) -> ServerRecord | None:
+        """The live server started with ``config``; an outdated one is stopped when idle, refused when in use."""
         rec = self.record()
         if rec is not None and rec.alive():
-            if not rec.auth:
-                raise ServerError(f"the nats-server for {self.root.parent} (pid {rec.pid}) was started by an older "
-                                  "hx without a password; stop it and run again")
-            return rec
+            if rec.config == config_digest(config):
+                return rec
+            self._stop_outdated(rec)
         self.record_path.unlink(missing_ok=True)
         return None
 
-    def acquire(self) -> str:
-        """Join the running server or start one; return its client URL (credentials included). Pair with ``release``."""
+    def _stop_outdated(self, rec: ServerRecord) -> None:
+        """Stop a server started with another configuration (an older hx: one user, no auditor), or say why not."""
+        what = (f"the nats-server for {self.data_dir} (pid {rec.pid}) was started "
+                + ("by an older hx without a password" if not rec.auth else
+                   "with other users or permissions than this hx gives it (an older hx: one user, no auditor)"))
+        if rec.foreground:
+            raise ServerError(f"{what}; stop that 'hx server' (Ctrl-C) and start it again")
+        clients = self._live_clients() if self.clients_dir.exists() else []
+        if clients:
+            pids = ", ".join(sorted({c.name.split("-", 1)[0] for c in clients}))
+            raise ServerError(f"{what}, and hx processes still use it (pid {pids}); run again when they are done, "
+                              "and it is restarted with the new configuration")
+        log.info("restarting the embedded nats-server with the current users and permissions",
+                 data_dir=str(self.data_dir), pid=rec.pid)
+        terminate(rec.pid)
+
+    def acquire(self, *, auditor: bool = False) -> str:
+        """Join the running server or start one; return its client URL (the writer's credentials, or with
+        ``auditor`` the auditor's). Pair with ``release``."""
         with self._locked():
-            user, password = self.credentials()
-            rec = self._running()
+            config = self._config()
+            user, password = self.auditor_credentials() if auditor else self.credentials()
+            rec = self._running(config)
             if rec is None:
-                self._write_config(user, password)
+                write_private(self.config_path, config.encode())
                 proc = NatsProcess(self.store_dir, config=self.config_path)
                 proc.start(detach=True)
                 self._started = proc
-                rec = self._new_record(proc)
+                rec = self._new_record(proc, config)
                 self._write_record(rec)
             self.clients_dir.mkdir(parents=True, exist_ok=True)
             self._client_file = self.clients_dir / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -322,7 +359,7 @@ class EmbeddedServer:
 
     def release(self) -> None:
         """Leave the server; the last client out stops it unless it runs in the foreground."""
-        with self._locked():
+        with self._locked(check=False):
             if self._client_file is not None:
                 self._client_file.unlink(missing_ok=True)
                 self._client_file = None
@@ -340,14 +377,14 @@ class EmbeddedServer:
     def run_foreground(self, port: int | None = None) -> int:
         """Run the server in this terminal until interrupted (``hx server``); return its exit code."""
         with self._locked():
-            user, password = self.credentials()
-            rec = self._running()
+            config = self._config()
+            rec = self._running(config)
             if rec is not None:
                 raise ServerError(f"a server already runs for this data directory at {rec.url} (pid {rec.pid})")
-            self._write_config(user, password)
+            write_private(self.config_path, config.encode())
             proc = NatsProcess(self.store_dir, port=port, config=self.config_path)
             proc.start(detach=False)
-            self._write_record(self._new_record(proc, foreground=True))
+            self._write_record(self._new_record(proc, config, foreground=True))
         try:
             assert proc.proc is not None
             return proc.proc.wait()
@@ -355,20 +392,8 @@ class EmbeddedServer:
             proc.stop()
             return 0
         finally:
-            with self._locked():
+            with self._locked(check=False):
                 current = self.record()
                 if current is not None and current.pid == proc.pid:
                     self.record_path.unlink(missing_ok=True)
 
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by the owner only, replacing it whole."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # O_CREAT's mode only applies to a new file
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

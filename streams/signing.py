@@ -8,7 +8,8 @@ not hold the key cannot append an event that verifies; a copy of the ledger (``a
 proves which key wrote it.
 
 The private key lives in ``<data_dir>/keys/ledger.ed25519`` (PKCS#8 PEM, mode 0600, in a 0700
-directory), made on first use. Whoever holds that file can sign as hx: keep it as private as the
+directory), made on first use; a key file or ``keys/`` directory another user owns or could change
+is refused (``streams.private``). Whoever holds that file can sign as hx: keep it as private as the
 NATS credentials beside it.
 
 >>> key = LedgerKey.generate()
@@ -32,6 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from streams.errors import LogError
+from streams.private import private_dir, read_private
 
 ALGORITHM = "ed25519"
 KEY_FILE = Path("keys") / "ledger.ed25519"
@@ -59,8 +61,9 @@ class LedgerKey:
     def of(cls, data_dir: Path | str) -> LedgerKey:
         """The data directory's key, made (mode 0600) on first use."""
         path = Path(data_dir).resolve() / KEY_FILE
+        private_dir(path.parent)  # refused when another user owns it or could plant a key in it
         try:
-            data = path.read_bytes()
+            data = read_private(path)
         except FileNotFoundError:
             key = cls.generate()
             if _create_private(path, key.private.private_bytes(serialization.Encoding.PEM,
@@ -124,9 +127,8 @@ def fingerprint(public_key: str) -> str:
 
 
 def _create_private(path: Path, data: bytes) -> bool:
-    """Create ``path`` holding ``data``, readable by the owner only (in a 0700 directory); False if it exists."""
+    """Create ``path`` holding ``data``, readable by the owner only (in its private directory); False if it exists."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

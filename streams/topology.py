@@ -27,7 +27,7 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from streams.errors import InvalidRunId, TopologyMismatch
+from streams.errors import InvalidRunId, TopologyMismatch, TopologyMissing
 from streams.integrity import HEADS_BUCKET, Heads
 
 DUPLICATE_WINDOW_S = 120.0
@@ -181,15 +181,8 @@ async def stream_infos(js: JetStreamContext, names: Iterable[str]) -> dict[str, 
     return out
 
 
-async def apply_topology(js: JetStreamContext, heads: Heads | None = None) -> None:
-    """Check every stream and bucket hx relies on, create the missing ones, and record the heads.
-
-    Refuses, changing nothing, a stream whose settings could lose or refuse events
-    (``TopologyMismatch`` naming each setting) and one that lost events, vanished or was
-    replaced since hx last saw it (``StreamLoss``): a deleted ledger is never recreated
-    empty without ``hx log accept-loss``.
-    """
-    heads = heads or Heads(js)
+async def _checked_streams(js: JetStreamContext, heads: Heads) -> dict[str, StreamInfo | None]:
+    """Each stream's info, after refusing settings that could lose events and streams that lost some."""
     infos = await stream_infos(js, SPECS)
     mismatches = [f"stream {name} exists with another configuration: " + "; ".join(diffs)
                   for name, info in infos.items() if info is not None
@@ -197,6 +190,34 @@ async def apply_topology(js: JetStreamContext, heads: Heads | None = None) -> No
     if mismatches:
         raise TopologyMismatch(". ".join(mismatches))
     await heads.verify(infos)
+    return infos
+
+
+async def check_topology(js: JetStreamContext, heads: Heads) -> None:
+    """What ``apply_topology`` checks, read only (an auditor's connection): the streams' settings and heads.
+
+    Raises ``TopologyMismatch`` or ``StreamLoss`` as ``apply_topology`` would, and
+    ``TopologyMissing`` when a stream was never made (nothing was recorded on this server).
+    """
+    infos = await _checked_streams(js, heads)
+    missing = [name for name, info in infos.items() if info is None]
+    if missing:
+        what = f"stream {missing[0]} does" if len(missing) == 1 else f"streams {', '.join(missing)} do"
+        raise TopologyMissing(f"{what} not exist on this server: nothing was recorded here yet (an hx command "
+                              "that writes, such as hx run or hx evolve, creates them)")
+
+
+async def apply_topology(js: JetStreamContext, heads: Heads | None = None) -> None:
+    """Check every stream and bucket hx relies on, create the missing ones, and record the heads.
+
+    Refuses, changing nothing, a stream whose settings could lose or refuse events
+    (``TopologyMismatch`` naming each setting) and one that lost events, vanished or was
+    replaced since hx last saw it (``StreamLoss``): a deleted ledger is never recreated
+    empty without ``hx log accept-loss``. It never updates an existing stream (the writer
+    may not: ``streams.permissions``).
+    """
+    heads = heads or Heads(js)
+    infos = await _checked_streams(js, heads)
     for name, info in infos.items():
         if info is None:
             infos[name] = await js.add_stream(SPECS[name].config())

@@ -9,8 +9,9 @@ from hx.cli.main import cli
 
 def hx(*args: str, env: dict[str, str | None] | None = None, input: str | None = None) -> Result:
     """Invoke the command in-process (stdout and stderr captured apart), blind to the caller's HX_ variables."""
-    return CliRunner().invoke(cli, list(args), env={"HX_NATS_URL": None, "HX_DATA_DIR": None, **(env or {})},
-                              input=input)
+    blind: dict[str, str | None] = {"HX_NATS_URL": None, "HX_DATA_DIR": None, "HX_NATS_AUDITOR_USER": None,
+                                    "HX_NATS_AUDITOR_PASSWORD": None, "HX_NATS_AUDITOR_CREDS": None}
+    return CliRunner().invoke(cli, list(args), env={**blind, **(env or {})}, input=input)
 
 
 def ok(result: Result) -> Result:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from streams.connection import connect
 from streams.errors import TopologyMismatch
 from streams.integrity import HEADS_BUCKET, StreamHead, StreamLoss
 from streams.processes import process_args
-from streams.server import EmbeddedServer
+from streams.server import EmbeddedServer, NatsProcess
 from streams.topology import LEDGER, POSITIONS_BUCKET, TRACE, StreamSpec, apply_topology
 
 
@@ -33,6 +35,27 @@ async def ledger_events(settings: NatsSettings, n: int, first: int = 0) -> None:
     async with connect(settings) as conn:
         for i in range(first, first + n):
             await conn.log.append("hx.ledger.test", RunStarted(run_id=f"edit-{i}"))
+
+
+@contextlib.asynccontextmanager
+async def as_owner(data_dir: Path) -> AsyncIterator[JetStreamContext]:
+    """The store of ``data_dir``'s embedded server served with no users: what the owner of the files can always do.
+
+    hx's own users may not delete, purge or update the ledger; a test that plays someone
+    tampering with it stops hx's server (its last client left) and opens the store directly.
+    """
+    embedded = EmbeddedServer(data_dir)
+    assert embedded.record() is None, "hx's server still runs on this store"
+    proc = NatsProcess(embedded.store_dir)
+    proc.start(detach=False)
+    try:
+        nc = await nats.connect(proc.url)
+        try:
+            yield nc.jetstream()
+        finally:
+            await nc.close()
+    finally:
+        proc.stop()
 
 
 async def server_head(js: JetStreamContext, stream: str) -> StreamHead:
@@ -120,9 +143,9 @@ async def test_the_embedded_servers_heads_outlive_a_deleted_heads_bucket(tmp_pat
     settings = NatsSettings(data_dir=tmp_path)
     await ledger_events(settings, 3)
     assert json.loads((tmp_path / "heads.json").read_text())[LEDGER.name]["last_seq"] == 3
-    async with connect(settings, apply=False) as conn:  # someone deletes the ledger and the heads with it
-        await conn.js.delete_stream(LEDGER.name)
-        await conn.js.delete_key_value(HEADS_BUCKET)
+    async with as_owner(tmp_path) as js:  # someone deletes the ledger and the heads with it
+        await js.delete_stream(LEDGER.name)
+        await js.delete_key_value(HEADS_BUCKET)
     with pytest.raises(StreamLoss, match=rf"HX_LEDGER is gone, but held 3 events .*kept in {tmp_path}"):
         async with connect(settings):
             pass
@@ -135,9 +158,9 @@ def test_verify_names_the_loss_and_accept_loss_records_it_on_the_ledger(tmp_path
     asyncio.run(ledger_events(settings, 3))
 
     async def evict() -> None:
-        async with connect(settings, apply=False) as conn:
-            config = (await conn.js.stream_info(LEDGER.name)).config
-            await conn.js.update_stream(dataclasses.replace(config, max_msgs=1))
+        async with as_owner(tmp_path) as js:
+            config = (await js.stream_info(LEDGER.name)).config
+            await js.update_stream(dataclasses.replace(config, max_msgs=1))
     asyncio.run(evict())
 
     refused = hx("--data-dir", str(tmp_path), "log", "dump")
@@ -149,9 +172,9 @@ def test_verify_names_the_loss_and_accept_loss_records_it_on_the_ledger(tmp_path
     assert risky.exit_code == 1 and "a loss can be accepted, a risk cannot" in risky.stderr
 
     async def undo_limit() -> None:
-        async with connect(settings, apply=False) as conn:
-            config = (await conn.js.stream_info(LEDGER.name)).config
-            await conn.js.update_stream(dataclasses.replace(config, max_msgs=-1))
+        async with as_owner(tmp_path) as js:
+            config = (await js.stream_info(LEDGER.name)).config
+            await js.update_stream(dataclasses.replace(config, max_msgs=-1))
     asyncio.run(undo_limit())
     assert "lost 2 events" in hx("--data-dir", str(tmp_path), "log", "dump").stderr
     accepted = hx("--data-dir", str(tmp_path), "log", "accept-loss", "HX_LEDGER", "--reason", "evicted by a test")

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from schemas.event import event_types
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.log import EventLog
+from streams.private import private_dir
 from streams.topology import check_run_id
 
 T = TypeVar("T")
@@ -41,9 +43,16 @@ class App:
     debug: bool = False
     json_logs: bool = False
 
-    def connect(self) -> AbstractAsyncContextManager[Connection]:
-        """Open the log: the configured NATS URL, or the embedded server under the data dir."""
-        return connect(self.settings)
+    def connect(self, *, auditor: bool = False) -> AbstractAsyncContextManager[Connection]:
+        """Open the log: the configured NATS URL, or the embedded server under the data dir.
+
+        With ``auditor`` as the read-only auditor (``hx audit``, ``hx ledger``): nothing can be written.
+        """
+        return connect(self.settings, auditor=auditor)
+
+    def private_data_dir(self) -> Path:
+        """The data directory, made with mode 0700 if missing (whatever the umask), else checked."""
+        return private_dir(self.settings.data_dir)
 
 
 pass_app = click.make_pass_decorator(App)

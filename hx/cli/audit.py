@@ -58,7 +58,7 @@ def ledger_command(app: App, run_id: str, round_: int | None, as_json: bool) -> 
 
 
 async def _listing(app: App, run_id: str, round_: int | None) -> LedgerListing:
-    async with app.connect() as conn:
+    async with app.connect(auditor=True) as conn:
         shown = await listing(conn.log, run_id, round_)
         quarantine_note(conn.log)
     return shown
@@ -147,7 +147,7 @@ def verify_command(ctx: click.Context, app: App, run_id: str | None, path: Path 
 
 
 async def _on_log(app: App, run_id: str) -> list[LedgerEntry]:
-    async with app.connect() as conn:
+    async with app.connect(auditor=True) as conn:
         return (await read_ledger(conn.log, run_id)).entries
 
 
@@ -165,7 +165,7 @@ def head_command(app: App, run_id: str) -> None:
 
 
 async def _head(app: App, run_id: str) -> SignedHead:
-    async with app.connect() as conn:
+    async with app.connect(auditor=True) as conn:
         result = await verify_run(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
     first: Problem | None = result.first
     if first is not None or result.ledger is None:
@@ -174,7 +174,7 @@ async def _head(app: App, run_id: str) -> SignedHead:
 
 
 async def _verify(app: App, run_id: str) -> Verification:
-    async with app.connect() as conn:
+    async with app.connect(auditor=True) as conn:
         result = await verify_run(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
         quarantine_note(conn.log)
     return result

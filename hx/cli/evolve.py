@@ -118,7 +118,7 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
                               heldout_every=heldout_every, risk_threshold=risk_threshold)
     prefix = "coevolve-" if coevolve is not None else "evolve-"
     run_id = resume_id or run_id or new_run_id().replace("run-", prefix, 1)
-    path = out or app.settings.data_dir / "results" / f"{run_id}.json"
+    path = out or app.private_data_dir() / "results" / f"{run_id}.json"
     claim = ResultsClaim(path) if resume_id is None else None
     rollout = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed)
     note = StopNote(run_id, "hx coevolve" if coevolve is not None else "hx evolve")

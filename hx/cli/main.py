@@ -38,6 +38,7 @@ from hx.logging import configure_logging
 from schemas.errors import HxError
 from streams.config import NatsSettings
 from streams.redaction import scrub
+from streams.server import EmbeddedServer
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -89,6 +90,7 @@ def cli(ctx: click.Context, data_dir: Path | None, nats_url: str | None, json_lo
     """hx: a harness foundry for AI agents, event-sourced on NATS JetStream."""
     configure_logging(json=json_logs, level=logging.DEBUG if debug else logging.INFO)
     settings = NatsSettings.from_env(data_dir=data_dir, url=nats_url or None)
+    EmbeddedServer(settings.data_dir).check()  # a data dir another user planted: refused before anything is written
     ctx.obj = App(settings=settings, debug=debug, json_logs=json_logs)
 
 

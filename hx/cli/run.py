@@ -125,7 +125,7 @@ def run_command(app: App, benches: tuple[str, ...], split: str, tasks: int, atte
     check_spec_option("--model", model)  # before anything is claimed, started or appended
     models = ModelConfig(main=model)
     given = read_harness(harness_path)  # so is a harness file that cannot be read
-    claim = ResultsClaim(out or app.settings.data_dir / "results" / f"{run_id}.json")
+    claim = ResultsClaim(out or app.private_data_dir() / "results" / f"{run_id}.json")
     try:
         outcome = run(_run(app, run_id, list(benches), split, tasks, models, given, settings, chosen_role))
     except BaseException:

@@ -27,8 +27,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def server(app: App, port: int | None) -> None:
     """Run the embedded nats-server in the foreground.
 
-    Other hx commands on the same data directory join it; Ctrl-C stops it. It demands the
-    user and password in DATA_DIR/nats/credentials.json (readable by you only).
+    Other hx commands on the same data directory join it; Ctrl-C stops it. It has two users:
+    the writer in DATA_DIR/nats/credentials.json and the read-only auditor in
+    DATA_DIR/nats/auditor.json (both readable by you only).
     """
     if app.settings.url is not None:
         raise HxError(f"hx server runs the embedded nats-server, but a NATS URL is configured "
@@ -42,7 +43,7 @@ def server(app: App, port: int | None) -> None:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     log.info("nats-server running; hx commands on this data dir join it, Ctrl-C stops it",
              url=f"nats://127.0.0.1:{port}", data_dir=str(app.settings.data_dir),
-             credentials=str(embedded.credentials_path))
+             credentials=str(embedded.credentials_path), auditor=str(embedded.auditor_path))
     try:
         code = embedded.run_foreground(port)
     finally:

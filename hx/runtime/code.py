@@ -33,8 +33,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nats.js.errors import NotFoundError, ObjectNotFoundError
-
 from projections.ledger import RunLedger
 from schemas.edits import CodeAsset
 from schemas.errors import HxError
@@ -157,12 +155,10 @@ class CodeStore:
         known = self._verified.get(asset.digest)
         if known is not None and len(known.encode()) == asset.size:
             return known
-        store = await self.log.js.object_store(BLOB_STORE)
-        try:
-            obj = await store.get(OBJECT_PREFIX + asset.digest)
-        except (NotFoundError, ObjectNotFoundError):
-            raise CodeError(f"{asset.name}: no source stored under {asset.digest}") from None
-        data = obj.data or b""
+        # direct gets: an auditor's connection may create no consumer (streams.direct)
+        data = await self.log.read_object(BLOB_STORE, OBJECT_PREFIX + asset.digest)
+        if data is None:
+            raise CodeError(f"{asset.name}: no source stored under {asset.digest}")
         got = bytes_digest(data)
         if got != asset.digest or len(data) != asset.size:
             raise CodeError(f"{asset.name}: stored source does not match its digest {asset.digest} "
