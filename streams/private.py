@@ -51,7 +51,7 @@ def _refuse(path: Path, why: str, fix: str) -> UnsafePath:
     return UnsafePath(f"refusing {path}: {why}; another user could have planted, changed or read it ({fix})")
 
 
-def check_private(path: Path | str, *, secret: bool = True) -> None:
+def check_private(path: Path | str, *, secret: bool = True, what: str = "") -> None:
     """Raise ``UnsafePath`` naming ``path`` and why, unless it is ours and closed to others; a missing path passes.
 
     A directory must be owned by us and not writable by group or others. A file with
@@ -62,16 +62,16 @@ def check_private(path: Path | str, *, secret: bool = True) -> None:
     path = Path(path)
     if secret:
         _check(path.parent, secret=False)
-    _check(path, secret=secret)
+    _check(path, secret=secret, what=what)
 
 
-def _check(path: Path, *, secret: bool) -> None:
+def _check(path: Path, *, secret: bool, what: str = "") -> None:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    except OSError as exc:
-        raise UnsafePath(f"cannot check {path}: {exc.strerror or exc}") from None
+    except OSError as exc:  # a file where a directory should be, a folder we may not enter
+        raise UnsafePath(f"cannot use {what + ' ' if what else ''}{path}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
         if secret:
             raise _refuse(path, "it is a symbolic link", "replace it with the file itself")
@@ -87,16 +87,19 @@ def _check(path: Path, *, secret: bool) -> None:
         raise _refuse(path, *found)
 
 
-def private_dir(path: Path | str) -> Path:
+def private_dir(path: Path | str, *, what: str = "") -> Path:
     """``path`` as a directory only its owner can change: made with mode 0700 if missing, else checked.
 
     Missing parents are made as the umask says; an existing directory is left as it is and
     refused (``UnsafePath``) if another user owns it or others can write it.
     """
     path = Path(path)
-    check_private(path, secret=False)
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    check_private(path, secret=False)  # made meanwhile by someone else: still ours only
+    check_private(path, secret=False, what=what)
+    try:
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UnsafePath(f"cannot use {what + ' ' if what else ''}{path}: {exc.strerror or exc}") from None
+    check_private(path, secret=False, what=what)  # made meanwhile by someone else: still ours only
     return path
 
 

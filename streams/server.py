@@ -234,7 +234,8 @@ class EmbeddedServer:
 
         The secrets must be readable by their owner only; nothing is written.
         """
-        for path in (self.data_dir, self.root, self.record_path):
+        check_private(self.data_dir, secret=False, what="data directory")
+        for path in (self.root, self.record_path):
             check_private(path, secret=False)
         for path in (self.credentials_path, self.auditor_path, self.config_path):
             check_private(path)
@@ -245,7 +246,7 @@ class EmbeddedServer:
             self.check()
         try:
             if check:
-                private_dir(self.data_dir)
+                private_dir(self.data_dir, what="data directory")
             self.root.mkdir(mode=0o700, exist_ok=True)
             os.chmod(self.root, 0o700)  # an older hx made it world-readable
             fh = open(self.root / "lock", "a+")  # noqa: SIM115 - closed below, after the lock is released

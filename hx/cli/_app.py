@@ -52,7 +52,7 @@ class App:
 
     def private_data_dir(self) -> Path:
         """The data directory, made with mode 0700 if missing (whatever the umask), else checked."""
-        return private_dir(self.settings.data_dir)
+        return private_dir(self.settings.data_dir, what="data directory")
 
 
 pass_app = click.make_pass_decorator(App)
