@@ -48,7 +48,7 @@ import msgspec
 from evolve_runs import COUNTED, Counted, MadeRun, cpu_model, load, make_run
 
 from hx.aegis.ledger import Ledger
-from projections.ledger import read_run_ledger
+from hx.replay.ledger_view import read_ledger
 from schemas.envelope import encode_body
 from schemas.ledger import LedgerEvent, LedgerOpened, ledger_digest
 from streams.config import NatsSettings
@@ -176,9 +176,7 @@ async def main(args: argparse.Namespace) -> int:
         else:
             data_dir, run_id = Path(args.data_dir), args.run
         async with connect(NatsSettings(data_dir=data_dir)) as conn:
-            ledger = await read_run_ledger(conn.log, run_id)
-        if ledger is None or not ledger.entries:
-            raise SystemExit(f"run {run_id} has no ledger in {data_dir}")
+            ledger = await read_ledger(conn.log, run_id)
         events = [e.event for e in ledger.entries]
         print(f"\n[1] digest, sign, verify: {len(events)} ledger events of run {run_id}, best of {args.repeat} x "
               f"{args.number} calls each", flush=True)
