@@ -58,9 +58,10 @@ from hx.aegis.export import render
 from hx.replay.anchors import AnchorResolver, anchors_of
 from hx.replay.audit import verify_ledger, verify_run
 from hx.replay.ledger_view import read_ledger
-from hx.replay.trace_checks import _reseesaw
+from hx.replay.trace_checks import recheck_seesaw
 from hx.replay.trace_rounds import outcomes, round_level_filter, trace_marks
-from projections.ledger import CandidateRecord, RunLedger
+from projections.ledger import RunLedger
+from projections.ledger_records import CandidateRecord
 from schemas.edits import Anchor
 from schemas.ledger import RoundDigested
 from schemas.lifecycle import AttemptFinished
@@ -189,7 +190,7 @@ async def repetition(conn: Connection, st: dict[str, Stage], run_id: str, plugin
     st["outcomes"].note = f"{len(verdicts)} rounds, {sum(map(len, verdicts.values()))} attempt verdicts"
 
     async def again() -> list[str]:
-        return [_reseesaw(ledger, c, verdicts) for c in cands]
+        return [recheck_seesaw(ledger, c, verdicts) for c in cands]
     whys = await timed(conn, st["seesaw"], again)
     if any(whys):
         raise SystemExit(f"a seesaw does not recompute: {next(w for w in whys if w)}")

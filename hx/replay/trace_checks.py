@@ -76,7 +76,7 @@ async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
              and any(check.name == "seesaw" for check in c.gate.checks)]
     verdicts = await outcomes(log, run_id, [marks[r] for c in gated for r in _rounds(c) if r in marks])
     for cand in gated:
-        why = _reseesaw(ledger, cand, verdicts)
+        why = recheck_seesaw(ledger, cand, verdicts)
         if why:
             out.problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): {why}",
                                         cand.gate_position))
@@ -120,7 +120,7 @@ def _cited(out: TraceCheck, marks: dict[int, TraceRound], entry: LedgerEntry, ro
     return bad
 
 
-def _reseesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int, Verdicts]) -> str:
+def recheck_seesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int, Verdicts]) -> str:
     """Why the gate's rule, applied again to the cited rounds, does not give the recorded verdict ("" when it does)."""
     gate = cand.gate
     assert gate is not None
