@@ -169,6 +169,52 @@ def _frame_records(subject: str, seq: int, time_ns: int, body: bytes) -> list[Re
     return out
 
 
+class OpenedMessage:
+    """A message from the log opened but not decoded: how many events it holds, and any one of them on demand.
+
+    A reader that needs one event of a frame (an evidence anchor) decodes that one, not the
+    hundreds beside it.
+    """
+
+    def __init__(self, subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes) -> None:
+        hdrs = headers or {}
+        self.subject, self.seq = subject, seq
+        self._version: str | None = hdrs.get(HX_SCHEMA_VERSION)
+        type_name = hdrs.get(HX_TYPE)
+        try:
+            if type_name is None:
+                raise DecodeError(f"missing {HX_TYPE} header")
+            try:
+                self._time_ns = int(hdrs.get(HX_TIME, "0"))
+            except ValueError:
+                raise DecodeError(f"bad {HX_TIME} header {hdrs.get(HX_TIME)!r}") from None
+            encoding = hdrs.get(HX_ENCODING)
+            body = inflate(encoding, body) if encoding is not None else body
+            self._frame = type_name == FRAME_TYPE
+            if self._frame:
+                try:
+                    self._items = _frame_decoder.decode(body)
+                except msgspec.DecodeError as exc:
+                    raise DecodeError(f"malformed frame: {exc}") from None
+            else:
+                self._items = [_FrameItem(type_name, 0, msgspec.Raw(body))]
+        except DecodeError as exc:
+            raise exc.at(subject=subject, seq=seq) from None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def record(self, index: int) -> Record:
+        """The event at ``index`` decoded (``DecodeError`` naming the message when it does not decode)."""
+        it = self._items[index]
+        try:
+            event = decode_body(it.type, it.version if self._frame else self._version, bytes(it.body))
+        except DecodeError as exc:
+            raise exc.at(subject=self.subject, seq=self.seq) from None
+        version = it.version if self._frame else int(self._version or 0)
+        return Record(self.seq, index, self.subject, it.type, version, self._time_ns, event)
+
+
 def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes) -> list[Record]:
     """Decode a message from the log into records, or raise ``DecodeError`` naming subject and sequence.
 

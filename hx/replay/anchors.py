@@ -7,13 +7,14 @@ frame on ``HX_TRACE``) into the trace event it points to by fetching exactly tha
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nats.js.errors import NotFoundError
 
 from schemas.edits import Anchor
-from schemas.envelope import Record, decode_message
+from schemas.envelope import OpenedMessage
 from schemas.errors import DecodeError
 from schemas.event import Event
 from schemas.hooks import ProcessorTriggered
@@ -24,6 +25,8 @@ from streams.log import EventLog
 from streams.topology import TRACE, TraceAddress
 
 SUMMARY_WIDTH = 100
+IN_FLIGHT = 16
+"""Trace messages an anchor resolver asks for at once (each a direct get)."""
 
 
 def anchors_of(event: LedgerEvent) -> tuple[Anchor, ...]:
@@ -66,37 +69,45 @@ class AnchorResolver:
     def __init__(self, log: EventLog, run_id: str) -> None:
         self.log = log
         self.run_id = run_id
-        self._messages: dict[int, list[Record] | str] = {}
+        self._messages: dict[int, OpenedMessage | str] = {}
         self.fetched = 0
         """Trace messages fetched so far (what the resolution cost)."""
 
-    async def _message(self, seq: int) -> list[Record] | str:
-        cached = self._messages.get(seq)
-        if cached is not None:
-            return cached
+    async def _fetch(self, seq: int) -> None:
         self.fetched += 1
-        got: list[Record] | str
+        got: OpenedMessage | str
         try:
             msg = await self.log.js.get_msg(TRACE.name, seq=seq)
-            got = decode_message(msg.subject or "", seq, msg.headers, msg.data or b"")
+            got = OpenedMessage(msg.subject or "", seq, msg.headers, msg.data or b"")
         except NotFoundError:
             got = f"no message at sequence {seq} on {TRACE.name}"
         except DecodeError as exc:
             got = f"the message at sequence {seq} does not decode: {exc}"
         self._messages[seq] = got
-        return got
+
+    async def prefetch(self, seqs: Iterable[int]) -> None:
+        """Fetch the messages of ``seqs`` not fetched yet, ``IN_FLIGHT`` requests at a time (a round trip each)."""
+        todo = sorted({s for s in seqs if s >= 1 and s not in self._messages})
+        for i in range(0, len(todo), IN_FLIGHT):
+            await asyncio.gather(*(self._fetch(s) for s in todo[i:i + IN_FLIGHT]))
 
     async def resolve(self, anchor: Anchor) -> ResolvedAnchor:
         """What ``anchor`` points to, or why it is unresolved."""
         if anchor.seq < 1:
             return ResolvedAnchor(anchor, problem=f"sequence {anchor.seq} is no position on {TRACE.name}")
-        records = await self._message(anchor.seq)
-        if isinstance(records, str):
-            return ResolvedAnchor(anchor, problem=records)
-        if not 0 <= anchor.index < len(records):
-            return ResolvedAnchor(anchor, problem=f"message {anchor.seq} holds {len(records)} event(s): "
+        if anchor.seq not in self._messages:
+            await self._fetch(anchor.seq)
+        message = self._messages[anchor.seq]
+        if isinstance(message, str):
+            return ResolvedAnchor(anchor, problem=message)
+        if not 0 <= anchor.index < len(message):
+            return ResolvedAnchor(anchor, problem=f"message {anchor.seq} holds {len(message)} event(s): "
                                                   f"no index {anchor.index}")
-        record = records[anchor.index]
+        try:
+            record = message.record(anchor.index)  # only the cited event is decoded, not its frame
+        except DecodeError as exc:
+            return ResolvedAnchor(anchor, problem=f"event {anchor.index} of message {anchor.seq} does not decode: "
+                                                  f"{exc}")
         run = TraceAddress.parse(record.subject).run
         if run != self.run_id:
             return ResolvedAnchor(anchor, problem=f"message {anchor.seq} ({record.subject}) belongs to run "
@@ -104,7 +115,9 @@ class AnchorResolver:
         return ResolvedAnchor(anchor, record.subject, record.type, summary(record.event))
 
     async def resolve_all(self, anchors: Iterable[Anchor]) -> list[ResolvedAnchor]:
-        """Every anchor resolved, in order."""
+        """Every anchor resolved, in order (their messages fetched together first)."""
+        anchors = list(anchors)
+        await self.prefetch(a.seq for a in anchors)
         return [await self.resolve(a) for a in anchors]
 
 

@@ -274,6 +274,8 @@ async def listing(log: EventLog, run_id: str, round: int | None = None) -> Ledge
         have = f"rounds {known[0]}..{known[-1]}" if known else "no round yet"
         raise AuditError(f"run {run_id!r} has no round {round} on its ledger ({have})")
     resolver = AnchorResolver(log, run_id)
+    await resolver.prefetch(a.seq for e in ledger.entries if round is None or round_of(e.event) in (None, round)
+                            for a in anchors_of(e.event))
     rows: list[LedgerRow] = []
     for entry in ledger.entries:
         ev = entry.event

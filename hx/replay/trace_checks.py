@@ -194,6 +194,7 @@ async def _anchors(out: TraceCheck, resolver: AnchorResolver, ledger: RunLedger)
             cited.append((cand.revision, cand.revision.manifest.evidence, cand.id))
     cited += [(r.digested, tuple(a for d in r.digested.digests for a in d.evidence), "")
               for r in ledger.ordered() if r.digested is not None]
+    await resolver.prefetch(a.seq for _, evidence, _ in cited for a in evidence)  # every cited message at once
     for event, evidence, candidate in sorted(cited, key=lambda c: ledger.entry_of(c[0]).position):
         entry = ledger.entry_of(event)
         for resolved in await resolver.resolve_all(evidence):
