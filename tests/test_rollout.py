@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from toybench import RANDOM, ToyBench, ids
 
+from hx.bench import rollout as rollout_module
 from hx.bench.heldout import evaluate_heldout
 from hx.bench.registry import BenchmarkError
 from hx.bench.results import AttemptOutcome, ResultsClaim, from_json, markdown_table, to_json
@@ -25,6 +26,7 @@ from hx.bench.splits import Splits, SplitViolation, adaptation_history
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harnesses import families, starter_harness, starter_harness_text
+from hx.replay.trace_rounds import outcomes, trace_marks
 from hx.runtime.loop import AttemptResult
 from hx.runtime.tracer import NullWriter
 from projections.task_history import pass_at_k
@@ -72,6 +74,9 @@ async def test_a_round_runs_k_attempts_per_task_each_on_its_own_subject(nats_url
     assert round_started.task_ids == tuple(tasks) and round_started.split == "adaptation"
     assert round_started.attempts_per_task == 3 and round_started.harness_digest == ro.harness.digest
     assert round_finished.attempts == 12 and round_finished.passed == sum(r.passed for r in outcome.results)
+    # ... and every attempt's verdict, so a reader of the round's outcomes opens no attempt frame.
+    assert {(m.task_id, m.attempt): m.passed for m in round_finished.outcomes} == {
+        (r.task_id, r.attempt): r.passed for r in outcome.results}
     assert run_finished.status == "completed" and run_finished.rounds == 1
     assert outcome.report.tasks[0].attempts == 3 and outcome.report.source == "log"
 
@@ -296,3 +301,21 @@ async def test_reading_many_large_frames_does_not_overrun_the_connection(nats_ur
                                         key=f"big#{i}")
         got = [r.seq async for r in conn.log.read(TRACE.name, subjects=["hx.trace.big.>"])]
     assert len(got) == 120
+
+
+async def test_a_round_too_large_for_its_verdicts_in_one_message_is_read_from_its_attempts(
+        nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``OUTCOMES_MAX`` attempts ``round.finished`` records no verdict (its message would outgrow the server's
+    limit); the trace's readers then read the round's ``attempt.finished`` events and find the same verdicts."""
+    monkeypatch.setattr(rollout_module, "OUTCOMES_MAX", 5)
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        small = await rollout(conn.log).rollout("small", ids("walk", 2))  # 4 attempts: recorded
+        large = await rollout(conn.log).rollout("large", ids("walk", 3))  # 6: not
+        marks = {run: await trace_marks(conn.log, run) for run in ("small", "large")}
+        read = {run: await outcomes(conn.log, run, marks[run].values()) for run in marks}
+    finished = {run: marks[run][0].finished for run in marks}
+    assert finished["small"] is not None and len(finished["small"].outcomes) == 4
+    assert finished["large"] is not None and finished["large"].outcomes == () and finished["large"].attempts == 6
+    for run, done in (("small", small), ("large", large)):
+        assert read[run] == {0: {(r.task_id, r.attempt): r.passed for r in done.results}}
+

@@ -157,6 +157,11 @@ class RoundOutcome:
         return scrub(f"all {len(self.results)} attempts failed for infrastructure reasons; {count} of them: {reason}")
 
 
+OUTCOMES_MAX = 10_000
+"""Attempt verdicts a ``RoundFinished`` records at most (~44 bytes each: well under the server's 1 MiB message
+limit); a larger round records none, and its readers read its ``attempt.finished`` events instead."""
+
+
 def _key(subject: str, event: Event) -> str:
     return f"{subject}#{type(event).TYPE}"
 
@@ -303,11 +308,11 @@ class Rollout:
         return RoundOutcome(report, tuple(results))
 
     async def _finish(self, subject: str, run_id: str, round: int, outcomes: Sequence[AttemptOutcome]) -> None:
-        """``RoundFinished`` with every attempt's verdict, on the round's own subject."""
+        """``RoundFinished`` with every attempt's verdict, on the round's own subject (none past ``OUTCOMES_MAX``)."""
         marks = tuple(AttemptMark(task_id=o.task_id, attempt=o.attempt, passed=o.passed)
                       for o in sorted(outcomes, key=lambda o: (o.task_id, o.attempt)))
         finished = RoundFinished(run_id=run_id, round=round, attempts=len(marks), passed=sum(m.passed for m in marks),
-                                 outcomes=marks)
+                                 outcomes=marks if len(marks) <= OUTCOMES_MAX else ())
         await self.log.append(subject, finished, key=_key(subject, finished))
 
     async def _attempts(self, run_id: str, round: int, tids: Sequence[TaskId],
