@@ -31,6 +31,7 @@ from schemas.event import event_type
 from schemas.ledger import GateCheck, GateJudged, HarnessShipped, LedgerEvent, ledger_digest
 from streams.config import NatsSettings
 from streams.connection import connect
+from streams.server import EmbeddedServer
 from streams.signing import KEY_FILE, LedgerKey
 from streams.topology import SPECS
 
@@ -217,3 +218,32 @@ def _resigned(lines: list[dict[str, Any]], key: LedgerKey, *, reason: str) -> li
         prev = ledger_digest(event)
         out.append(dict(line, event=msgspec.to_builtins(event), prev=event.prev, digest=prev))
     return out
+
+
+@pytest.mark.slow
+def test_the_writers_own_credentials_can_append_but_not_past_the_audit(tmp_path: Path) -> None:
+    """On the embedded server, as a process holding the data dir's writer credentials (not its signing key): an
+    append goes through, and every command that acts on the run refuses it, naming it."""
+    data = tmp_path / "data"
+    base = ("--data-dir", str(data))
+    ok(hx(*base, "evolve", "--bench", "toyworld:rooms", "--tasks", "4", "--heldout-tasks", "2", "--rounds", "1",
+          "--max-steps", "20", "--seed", "3", "--run-id", "evo-embedded"))
+    server = EmbeddedServer(data)
+    url = server.acquire()  # the writer's URL, credentials included, as any process reading credentials.json gets
+    try:
+        ledger = asyncio.run(ledger_of(url, "evo-embedded"))
+        cand = next(iter(ledger.candidates.values())).proposal
+        forged = GateJudged(run_id="evo-embedded", round=0, candidate=cand.candidate, variant=cand.variant,
+                            passed=True, outcome="ship", checks=ALL_PASSED)
+        at = asyncio.run(append(url, "evo-embedded", forged))
+        assert asyncio.run(ledger_of(url, "evo-embedded")).last_position == at  # the server took it
+    finally:
+        server.release()
+    result = hx(*base, "audit", "verify", "evo-embedded")
+    assert result.exit_code == EXIT_NOT_VERIFIED
+    report = " ".join(result.stdout.split())
+    assert f"event {at} (ledger.gate_judged): it is not signed, though the run's ledger is" in report
+    assert f"event {at} (ledger.gate_judged): follows ledger.evolution_finished" in report
+    for command in (("evolve", "--resume", "evo-embedded"), ("export", "evo-embedded", str(tmp_path / "x"))):
+        line = error_line(hx(*base, *command))
+        assert f"the ledger of run 'evo-embedded' does not verify: event {at} (" in line

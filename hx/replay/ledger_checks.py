@@ -158,12 +158,13 @@ def _classify(entries: Sequence[LedgerEntry], digests: list[str], claimed: list[
 
 
 def check_signatures(ledger: RunLedger) -> tuple[int, list[Problem]]:
-    """(events signed by the run's key, problems): in a signed ledger every event verifies with its key."""
+    """(events signed by the run's key, problems): in a signed ledger every event on its subject verifies with its
+    key, those the fold refused included."""
     key = ledger.opened.public_key if ledger.opened is not None else ""
     if not key:
         return 0, []
     good, problems = 0, []
-    for entry in ledger.entries:
+    for entry in ledger.arrived:  # every ledger event on the run's subject, taken by the fold or not
         why = verify(key, ledger_digest(entry.event), entry.event.signature)
         if why:
             problems.append(Problem("signature", f"{entry.label}: {why}: it was not written by the key the run was "
