@@ -27,6 +27,7 @@ from audit_kit import evolved_run
 from hx_cli import error_line, hx, ok
 from ledger_forger import append, ledger_of
 
+from projections.ledger import RunLedger
 from schemas.event import event_type
 from schemas.ledger import GateCheck, GateJudged, HarnessShipped, LedgerEvent, ledger_digest
 from streams.config import NatsSettings
@@ -91,16 +92,22 @@ def audit(url: str, data: Path, run_id: str) -> str:
     return " ".join(result.stdout.split())
 
 
+def ranked_first(url: str, run_id: str) -> tuple[RunLedger, str]:
+    """The paused run's ledger and the candidate its critic ranked first (not gated yet)."""
+    ledger = asyncio.run(ledger_of(url, run_id))
+    critic = ledger.rounds[0].critic
+    assert critic is not None and critic.ranking
+    return ledger, critic.ranking[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("with_key", [False, True], ids=["forger", "forger-with-key"])
 def test_a_forged_passing_verdict_is_caught_and_the_resumed_run_does_not_ship_it(
         paused: tuple[str, Path, str], tmp_path: Path, with_key: bool) -> None:
     url, data, run_id = paused
-    ledger = asyncio.run(ledger_of(url, run_id))
-    critic = ledger.rounds[0].critic
+    ledger, cid = ranked_first(url, run_id)
     digested = ledger.rounds[0].digested
-    assert critic is not None and critic.ranking and digested is not None
-    cid = critic.ranking[0]
+    assert digested is not None
     main = digested.trace_rounds[0]
     forged = GateJudged(run_id=run_id, round=0, candidate=cid, variant=ledger.candidates[cid].proposal.variant,
                         passed=True, outcome="ship", checks=ALL_PASSED, trace_rounds=(main,))
@@ -118,10 +125,7 @@ def test_a_forged_passing_verdict_is_caught_and_the_resumed_run_does_not_ship_it
 @pytest.mark.slow
 def test_a_verdict_that_contradicts_its_own_checks_is_caught(paused: tuple[str, Path, str], tmp_path: Path) -> None:
     url, data, run_id = paused
-    ledger = asyncio.run(ledger_of(url, run_id))
-    critic = ledger.rounds[0].critic
-    assert critic is not None
-    cid = critic.ranking[0]
+    ledger, cid = ranked_first(url, run_id)
     checks = (*ALL_PASSED[:-1], GateCheck(name="effect", passed=False, detail="0 of 1 predicted flip(s) realised"))
     forged = GateJudged(run_id=run_id, round=0, candidate=cid, variant=ledger.candidates[cid].proposal.variant,
                         passed=True, outcome="ship", checks=checks, first_failure="effect")
@@ -135,10 +139,7 @@ def test_a_verdict_that_contradicts_its_own_checks_is_caught(paused: tuple[str, 
 @pytest.mark.slow
 def test_a_ship_no_verdict_allows_is_caught(paused: tuple[str, Path, str], tmp_path: Path) -> None:
     url, data, run_id = paused
-    ledger = asyncio.run(ledger_of(url, run_id))
-    critic = ledger.rounds[0].critic
-    assert critic is not None
-    cid = critic.ranking[0]
+    ledger, cid = ranked_first(url, run_id)
     cand = ledger.candidates[cid].proposal
     current = ledger.variants[cand.variant].current
     forged = HarnessShipped(run_id=run_id, round=0, variant=cand.variant, candidates=(cid,),
