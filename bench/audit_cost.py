@@ -38,8 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -52,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 # A sibling script's module, found because running a script puts its directory on sys.path.
-from evolve_runs import JOBS, MadeRun, cpu_model, load, make_run
+from evolve_runs import JOBS, MadeRun, header, load, make_run
 
 from hx.aegis.export import render
 from hx.replay.anchors import AnchorResolver, anchors_of
@@ -247,9 +245,7 @@ def ms(x: float) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
-    print(f"hx audit cost, {time.strftime('%Y-%m-%d %H:%M')}")
-    print(f"  cores {os.cpu_count()} ({cpu_model()}), {platform.python_implementation()} "
-          f"{platform.python_version()}, load average {load()}")
+    header("hx audit cost")
     tmp = Path(tempfile.mkdtemp(prefix="hx-audit-bench-"))
     made: MadeRun | None = None
     try:

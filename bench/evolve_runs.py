@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -126,6 +127,13 @@ def counted_main(out: Path, argv: list[str]) -> int:
 def load() -> str:
     """The load average (1, 5, 15 minutes)."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def header(title: str) -> None:
+    """Print what a bench is and the machine it ran on: cores, CPU, Python, load."""
+    print(f"{title}, {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"  cores {os.cpu_count()} ({cpu_model()}), {platform.python_implementation()} "
+          f"{platform.python_version()}, load average {load()}")
 
 
 def cpu_model() -> str:

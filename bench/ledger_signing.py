@@ -29,8 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -45,7 +43,7 @@ from pathlib import Path
 import msgspec
 
 # A sibling script's module, found because running a script puts its directory on sys.path.
-from evolve_runs import COUNTED, Counted, MadeRun, cpu_model, load, make_run
+from evolve_runs import COUNTED, Counted, MadeRun, header, load, make_run
 
 from hx.aegis.ledger import Ledger
 from hx.replay.ledger_view import read_ledger
@@ -162,9 +160,7 @@ def report_costs(per_event: list[EventCost]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    print(f"hx ledger signing cost, {time.strftime('%Y-%m-%d %H:%M')}")
-    print(f"  cores {os.cpu_count()} ({cpu_model()}), {platform.python_implementation()} "
-          f"{platform.python_version()}, load average {load()}")
+    header("hx ledger signing cost")
     tmp = Path(tempfile.mkdtemp(prefix="hx-sign-bench-"))
     made: MadeRun | None = None
     try:
