@@ -52,12 +52,12 @@ from typing import Any
 # A sibling script's module, found because running a script puts its directory on sys.path.
 from evolve_runs import JOBS, MadeRun, header, load, make_run
 
-from hx.aegis.export import render
 from hx.replay.anchors import AnchorResolver, anchors_of
 from hx.replay.audit import verify_ledger, verify_run
 from hx.replay.ledger_view import read_ledger
 from hx.replay.trace_checks import recheck_seesaw
 from hx.replay.trace_rounds import outcomes, round_level_filter, trace_marks
+from hx.report.export import render
 from projections.ledger import RunLedger
 from projections.ledger_records import CandidateRecord
 from schemas.edits import Anchor

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hx.bench.results import markdown_path
+from hx.environments.results import markdown_path
 
 GAMES = ("twx:coin", "twx:mapreader", "twx:cookingworld")
 

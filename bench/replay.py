@@ -42,9 +42,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import hx.bench  # noqa: F401 - benchmark adapters register themselves on import
-from hx.bench.registry import benchmark
-from hx.bench.rollout import Rollout, RolloutSettings
+import hx.environments  # noqa: F401 - benchmark adapters register themselves on import
+from hx.environments.registry import benchmark
+from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harnesses import starter_harness
 from hx.replay.replayer import Env, ReplayReport, replay_round
 from hx.runtime.models import ModelConfig

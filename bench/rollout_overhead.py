@@ -34,10 +34,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import hx.bench  # noqa: F401 - benchmark adapters register themselves on import
-from hx.bench.registry import benchmark
-from hx.bench.results import RolloutReport
-from hx.bench.rollout import Rollout, RolloutSettings, round_outcomes
+import hx.environments  # noqa: F401 - benchmark adapters register themselves on import
+from hx.environments.registry import benchmark
+from hx.environments.results import RolloutReport
+from hx.environments.rollout import Rollout, RolloutSettings, round_outcomes
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult

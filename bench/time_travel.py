@@ -38,9 +38,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import hx.bench  # noqa: F401 - benchmark adapters register themselves on import
-from hx.bench.registry import benchmark
-from hx.bench.rollout import Rollout, RolloutSettings
+import hx.environments  # noqa: F401 - benchmark adapters register themselves on import
+from hx.environments.registry import benchmark
+from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harnesses import starter_harness
 from hx.replay.timetravel import AsOf, run_marks
 from hx.runtime.models import ModelConfig

@@ -35,8 +35,8 @@ from streams.log import EventLog
 from streams.topology import BLOB_STORE, POSITIONS_BUCKET
 
 S = TypeVar("S")
-Position = tuple[int, int]
-START: Position = (0, 0)
+LogPosition = tuple[int, int]
+START: LogPosition = (0, 0)
 _WHOLE = 2**31
 """A frame index past any real one: a snapshot at sequence ``s`` holds every event of message ``s``."""
 
@@ -62,7 +62,7 @@ class AsOfFold(Generic[S]):
     """A projection's state as of a position, and what folding it cost."""
 
     state: S
-    position: Position
+    position: LogPosition
     digest: str
     start: int
     """The sequence the fold started after (0: the log's beginning)."""
@@ -86,10 +86,10 @@ class ProjectionRunner(Generic[S]):
         self.snapshot_every = snapshot_every
         """Stream messages between two as-of snapshots (``as_of`` stores them at its multiples)."""
         self.state: S = self._initial()
-        self.position: Position = START
+        self.position: LogPosition = START
         self.applied = 0
         """Events applied to ``state`` since the initial state."""
-        self.resumed_from: Position | None = None
+        self.resumed_from: LogPosition | None = None
         """The checkpoint position ``load`` restored, if any."""
         self.last: Record | None = None
         """The last record folded into ``state`` (what an encoding failure names)."""
@@ -259,7 +259,7 @@ class ProjectionRunner(Generic[S]):
 
     # --- checkpoints --------------------------------------------------------------------
 
-    def _snapshot_name(self, pos: Position) -> str:
+    def _snapshot_name(self, pos: LogPosition) -> str:
         return f"projection/{self.projection.name}/v{self.projection.version}/{pos[0]}.{pos[1]}"
 
     async def checkpoint(self) -> Checkpoint:
@@ -302,7 +302,7 @@ class ProjectionRunner(Generic[S]):
         except msgspec.DecodeError:
             return None  # an unreadable checkpoint is no checkpoint: rebuild
 
-    async def load(self) -> Position:
+    async def load(self) -> LogPosition:
         """Restore the last checkpoint (if any, and of this projection version); return the position."""
         cp = await self._read_checkpoint()
         if cp is None or cp.version != self.projection.version:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from projections.base import Projection
-from projections.runner import START, Position, ProjectionRunner
+from projections.runner import START, LogPosition, ProjectionRunner
 from projections.snapshots import Snapshots
 from schemas.envelope import Record
 from streams.config import NatsSettings
@@ -61,7 +61,7 @@ class KitResult:
     """What the live-versus-rebuilt check saw (all roles agreed on it)."""
 
     digest: str
-    position: Position
+    position: LogPosition
     """The rebuilt runner's position."""
     applied: int
     catch_ups: int
@@ -113,7 +113,7 @@ def fold_all(projection: Projection[S], records: Sequence[Record]) -> S:
     return state
 
 
-async def last_position(log: EventLog, projection: Projection[Any]) -> Position:
+async def last_position(log: EventLog, projection: Projection[Any]) -> LogPosition:
     """The position of the last decodable event the projection's runner would read."""
     last = START
     async for record in log.read(projection.stream, subjects=projection.subjects):

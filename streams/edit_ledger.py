@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 
-from streams.es_layout import StreamLayout
+from streams.eventsourcing.layout import StreamLayout
 
 APP_NAME = "evolution"
 """The ``eventsourcing`` application every run's ledger aggregate belongs to."""

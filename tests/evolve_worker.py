@@ -25,7 +25,7 @@ from toyworld import ToyWorld
 from hx.aegis.evolvers.offline import OfflineEvolver
 from hx.aegis.session import EvolveJob, Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings, Progress
-from hx.bench.rollout import RolloutSettings
+from hx.environments.rollout import RolloutSettings
 from hx.harnesses import starter_harness
 from streams.config import NatsSettings
 from streams.connection import connect

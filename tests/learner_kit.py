@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from hx.bench.registry import Benchmark, TaskId
+from hx.environments.registry import Benchmark, TaskId
 from hx.learner.policy import Policy, Sample
 from hx.learner.scorer import ChoiceScorer, ScorerPolicy
 from hx.learner.scorer import _ids as scorer_ids

@@ -22,7 +22,7 @@ from schemas.ledger import LedgerEvent, ledger_digest
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.edit_ledger import ledger_filter
-from streams.es_layout import HEADER_TOPIC, topic_header
+from streams.eventsourcing.layout import HEADER_TOPIC, topic_header
 from streams.signing import LedgerKey
 
 

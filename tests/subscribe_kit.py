@@ -13,7 +13,7 @@ import toybench  # noqa: F401 - registers the toy benchmark with the in-process 
 from hx_cli import hx, ok
 
 from projections.base import Projection, state_digest
-from projections.runner import Checkpoint, Position, ProjectionRunner
+from projections.runner import Checkpoint, LogPosition, ProjectionRunner
 from schemas.envelope import Record
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.messages import ToolCall, ToolResult, Usage
@@ -43,7 +43,7 @@ def records(nats_url: str, subjects: Sequence[str] = (), types: Sequence[str] = 
     return asyncio.run(read())
 
 
-def fresh_fold(nats_url: str, projection: Projection[Any], upto: Position | None = None,
+def fresh_fold(nats_url: str, projection: Projection[Any], upto: LogPosition | None = None,
                since: int = 1) -> tuple[str, int, Any]:
     """(digest, events applied, state) of ``projection`` folded afresh from sequence ``since`` to ``upto``."""
     async def fold() -> tuple[str, int, Any]:

@@ -20,8 +20,8 @@ from hx.aegis.digester import (
 from hx.aegis.evidence import AttemptFacts, Evidence
 from hx.aegis.taxonomy import categorise, features
 from hx.aegis.trials import Trials
-from hx.bench.rollout import RolloutSettings, RoundLabel
-from hx.bench.splits import Splits
+from hx.environments.rollout import RolloutSettings, RoundLabel
+from hx.environments.splits import Splits
 from hx.gate.rule import cluster_of
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig

@@ -30,8 +30,8 @@ from hx.aegis.operations import buckets_of
 from hx.aegis.smoke import SandboxCodeCheck
 from hx.aegis.state import RunState
 from hx.aegis.trials import RETRIES, Trials
-from hx.bench.rollout import RolloutSettings
-from hx.bench.splits import Splits
+from hx.environments.rollout import RolloutSettings
+from hx.environments.splits import Splits
 from hx.gate.rule import CHECKS, FORK_MARGIN, Fresh, Tries, Verdict, cluster_of, seesaw
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply

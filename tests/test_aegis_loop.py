@@ -27,9 +27,9 @@ from hx.aegis.ledger import Ledger, LedgerConflict
 from hx.aegis.session import Parts, run_evolution
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
-from hx.bench.splits import Splits, round_roles
 from hx.cli.main import cli
+from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.environments.splits import Splits, round_roles
 from hx.harness.edits import apply
 from hx.harness.processor import processor_type
 from hx.harnesses import starter_harness

@@ -18,8 +18,8 @@ from toybench import RANDOM, ToyBench
 from toybench import ids as toy_ids
 
 from hx.aegis.ledger import Ledger
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.cli.audit import EXIT_NOT_VERIFIED
+from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from schemas.edits import Anchor, Manifest
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TYPE
 from schemas.ledger import GateCheck, GateJudged, HeldoutScored, RoundDigested

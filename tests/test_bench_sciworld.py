@@ -6,9 +6,9 @@ import pytest
 
 import hx.runtime.providers.script  # noqa: F401 - registers the script: provider
 from hx import HarnessConfig, ModelConfig
-from hx.bench.registry import BenchmarkError, TaskId, benchmark
-from hx.bench.sciworld import ALWAYS, VARIATIONS, SciWorldBenchmark, SciWorldTask, filter_actions
-from hx.bench.testing import check_adapter, check_gold_path, play
+from hx.environments.registry import BenchmarkError, TaskId, benchmark
+from hx.environments.sciworld import ALWAYS, VARIATIONS, SciWorldBenchmark, SciWorldTask, filter_actions
+from hx.environments.testing import check_adapter, check_gold_path, play
 from schemas.messages import ToolCall
 from schemas.tools import EnvObservation, VerifierScore
 from streams.config import NatsSettings

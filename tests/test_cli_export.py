@@ -1,7 +1,7 @@
 """``hx export``: the files rendered from a hand-built two-round ledger, and the command end to end on a real run.
 
 The hand-built ledger (every kind of round outcome, a revision, a build error, a fork) is
-rendered as ``hx export`` renders a run (``hx.aegis.export.render``) and read back; the command
+rendered as ``hx export`` renders a run (``hx.report.export.render``) and read back; the command
 itself, which first verifies the run's ledger against the trace, runs on a real evolution run.
 """
 
@@ -22,7 +22,6 @@ from hx_cli import error_line, ok
 from ledger_forger import ledger_of
 from ledger_run import attach
 
-from hx.aegis.export import render
 from hx.aegis.ledger import EvolutionLedger
 from hx.aegis.operations import buckets_of, dimensions_of
 from hx.cli import export as export_cli
@@ -31,6 +30,7 @@ from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harnesses import starter_harness
 from hx.replay.trace_rounds import trace_marks
+from hx.report.export import render
 from schemas.edits import Anchor, Attach, Manifest
 from schemas.event import event_type
 from schemas.landscape import Continuity, FailureGroup, Landscape, Regression, TaskDigest

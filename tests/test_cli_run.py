@@ -9,7 +9,7 @@ from typing import Any
 
 from hx_cli import error_line, hx, ok
 
-from hx.bench.results import from_json
+from hx.environments.results import from_json
 from hx.harnesses import starter_harness
 from projections.task_history import pass_at_k
 from schemas.lifecycle import AttemptFinished, RoundStarted, RunFinished, RunStarted

@@ -43,7 +43,6 @@ from eventsourcing.tests import application as app_kits
 from eventsourcing.tests import persistence as kits
 from eventsourcing.utils import Environment, get_topic
 
-from streams.es_layout import name_from_token, name_token, oid_from_token, oid_token
 from streams.eventsourcing import (
     JetStreamAggregateRecorder,
     JetStreamApplicationRecorder,
@@ -52,6 +51,7 @@ from streams.eventsourcing import (
     JetStreamTrackingRecorder,
     MsgspecTranscoder,
 )
+from streams.eventsourcing.layout import name_from_token, name_token, oid_from_token, oid_token
 from streams.processes import free_port
 from streams.server import NatsProcess
 

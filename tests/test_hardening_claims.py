@@ -16,8 +16,8 @@ from toyworld import ToyWorld
 from hx.aegis.evolvers.offline import OfflineEvolver
 from hx.aegis.session import Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings
-from hx.bench.results import ResultsClaim, ResultsError, from_json, summarise
-from hx.bench.rollout import Rollout, RolloutSettings, RunExists
+from hx.environments.results import ResultsClaim, ResultsError, from_json, summarise
+from hx.environments.rollout import Rollout, RolloutSettings, RunExists
 from hx.harnesses import starter_harness
 from schemas.envelope import Record
 from schemas.ledger import EvolutionFinished, LedgerEvent, LedgerOpened

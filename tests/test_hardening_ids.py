@@ -9,7 +9,7 @@ import pytest
 from hx_cli import hx
 from toybench import RANDOM, ToyBench, ids
 
-from hx.bench.rollout import Rollout
+from hx.environments.rollout import Rollout
 from hx.harness.config import HarnessConfig
 from streams.config import NatsSettings
 from streams.connection import connect

@@ -30,7 +30,7 @@ from safetensors.numpy import load as load_tensors
 from safetensors.numpy import save as save_tensors
 from toybench import ACT, ACTIONS, ToyBench, ids
 
-from hx.bench.rollout import Rollout, RolloutSettings
+from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint, orbax_params
 from hx.learner.policy import Decision, PolicyError, Unservable, bucket, decisions_of

@@ -37,8 +37,8 @@ from hx.aegis.ledger import read_records
 from hx.aegis.loop import Evolution
 from hx.aegis.state import RunState
 from hx.aegis.trials import RETRIES, RETRY_BASE, Trials
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
-from hx.bench.splits import SplitRole, Splits
+from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.environments.splits import SplitRole, Splits
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint
 from hx.learner.grpo import GRPOConfig

@@ -30,7 +30,7 @@ from hx.processors.attempt_workspace import AttemptWorkspace, current_workspace
 from hx.processors.budget import Budget
 from hx.processors.llm_judge import LlmJudge, parse_verdict
 from hx.processors.loop_detector import LoopDetector, repeats
-from hx.processors.otel_spans import OtelSpans
+from hx.processors.otel_spans import OtelSpanEmitter
 from hx.processors.risky_tool_approval import RiskyToolApproval
 from hx.processors.rl_records import RlRecords, read_rl_records
 from hx.processors.sandbox import PythonSandboxTool, SandboxLimits, run_python, unshare_prefix
@@ -159,7 +159,7 @@ def kit_processors(tmp: Path) -> list[Processor]:
         LoopDetector(warn_after=2, interrupt_after=0),
         Budget(max_model_calls=2),
         RiskyToolApproval(),
-        OtelSpans(),
+        OtelSpanEmitter(),
         StructlogEvents(include_text=True),
         RlRecords(path=str(tmp / "rl.jsonl")),
         SftTrajectories(path=str(tmp / "sft.jsonl")),
@@ -515,7 +515,7 @@ def span_exporter() -> InMemorySpanExporter:
 
 async def test_otel_spans_follow_the_genai_conventions(nats_url: str, span_exporter: InMemorySpanExporter) -> None:
     span_exporter.clear()
-    harness = HarnessConfig().attach(OtelSpans.accepted_hooks(), OtelSpans(agent_name="demo-agent"))
+    harness = HarnessConfig().attach(OtelSpanEmitter.accepted_hooks(), OtelSpanEmitter(agent_name="demo-agent"))
     [result], _ = await run(nats_url, harness, DemoTask([add_tool()], expected="3"),
                             [{**call("c1", "add", a=1, b=2), "usage": USAGE}, answer("3")])
     assert result.passed
@@ -552,7 +552,7 @@ def _ctx(span: ReadableSpan) -> Any:
 
 async def test_otel_spans_mark_an_interrupted_attempt(nats_url: str, span_exporter: InMemorySpanExporter) -> None:
     span_exporter.clear()
-    harness = (HarnessConfig().attach(OtelSpans.accepted_hooks(), OtelSpans())
+    harness = (HarnessConfig().attach(OtelSpanEmitter.accepted_hooks(), OtelSpanEmitter())
                .attach(Budget.accepted_hooks(), Budget(max_tool_calls=1)))
     [result], _ = await run(nats_url, harness, DemoTask([echo_tool()]), [call("a", "look"), call("b", "look")])
     assert result.status == "interrupted"
@@ -675,7 +675,7 @@ async def test_processors_compose_in_one_harness(nats_url: str, tmp_path: Path,
         (LoopDetector.accepted_hooks(), LoopDetector()),
         (Budget.accepted_hooks(), Budget(max_model_calls=10)),
         (SelfCheck.accepted_hooks(), SelfCheck()),
-        (OtelSpans.accepted_hooks(), OtelSpans()),
+        (OtelSpanEmitter.accepted_hooks(), OtelSpanEmitter()),
         (StructlogEvents.accepted_hooks(), StructlogEvents()),
         (RlRecords.accepted_hooks(), RlRecords(path=str(tmp_path / "rl.jsonl"))),
     ]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-import hx.bench  # noqa: F401 - registers twx and sciworld
-from hx.bench.registry import benchmark
-from hx.bench.results import RolloutReport
-from hx.bench.rollout import Rollout, RolloutSettings
+import hx.environments  # noqa: F401 - registers twx and sciworld
+from hx.environments.registry import benchmark
+from hx.environments.results import RolloutReport
+from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
 from streams.config import NatsSettings

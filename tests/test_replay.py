@@ -21,10 +21,10 @@ from model_server import _answer as play
 from toybench import RANDOM, ToyBench
 
 from hx.aegis.ledger import Ledger
-from hx.bench.registry import Benchmark, TaskId, register_benchmark
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
-from hx.bench.splits import round_roles
-from hx.bench.twx import TextWorldExpressBenchmark
+from hx.environments.registry import Benchmark, TaskId, register_benchmark
+from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.environments.splits import round_roles
+from hx.environments.twx import TextWorldExpressBenchmark
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.replay.compare import compare_attempt

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 from toybench import ToyBench, ids
 
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
-from hx.bench.splits import SplitRole
+from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.environments.splits import SplitRole
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.processors.training_bridge import attempt_to_rl_records

@@ -16,7 +16,7 @@ import msgspec
 import msgspec.inspect as mi
 from toybench import RANDOM, ToyBench, ids
 
-from hx.bench.rollout import Rollout, RolloutSettings
+from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harnesses import starter_harness
 from hx.replay.compare import EXTRA, MISSING, compare_attempt, type_name
 from schemas.envelope import Record

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from toybench import RANDOM, ToyBench, ids
 
-from hx.bench import rollout as rollout_module
-from hx.bench.heldout import evaluate_heldout
-from hx.bench.registry import BenchmarkError
-from hx.bench.results import AttemptOutcome, ResultsClaim, from_json, markdown_table, to_json
-from hx.bench.rollout import (
+from hx.environments import rollout as rollout_module
+from hx.environments.heldout import evaluate_heldout
+from hx.environments.registry import BenchmarkError
+from hx.environments.results import AttemptOutcome, ResultsClaim, from_json, markdown_table, to_json
+from hx.environments.rollout import (
     ReportMismatch,
     Rollout,
     RolloutSettings,
@@ -22,7 +22,7 @@ from hx.bench.rollout import (
     cross_check,
     round_outcomes,
 )
-from hx.bench.splits import Splits, SplitViolation, adaptation_history
+from hx.environments.splits import Splits, SplitViolation, adaptation_history
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harnesses import families, starter_harness, starter_harness_text

@@ -13,8 +13,8 @@ from subscribe_kit import records, toy_run
 from test_replay import STAGED, staged_run
 from toybench import RANDOM, Corridor, ToyBench
 
-from hx.bench.registry import TaskId
-from hx.bench.rollout import Rollout, RolloutSettings
+from hx.environments.registry import TaskId
+from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harnesses import starter_harness
 from hx.runtime.task import Task
 from schemas.event import Event

@@ -20,8 +20,8 @@ import toyworld
 
 from hx.aegis.ledger import Ledger
 from hx.aegis.operations import buckets_of, dimensions_of
-from hx.bench.results import game_of
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.environments.results import game_of
+from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.gate.rule import CHECKS
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply

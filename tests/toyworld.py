@@ -19,7 +19,7 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar
 
-from hx.bench.registry import Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.registry import Benchmark, BenchmarkError, TaskId, register_benchmark
 from hx.runtime.task import Task, Tool
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema
 from schemas.tools import EnvObservation, VerifierScore

@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hx.bench.splits import SplitViolation, round_roles
+from hx.environments.splits import SplitViolation, round_roles
 from schemas.edits import Anchor
 from schemas.envelope import Record
 from schemas.hooks import ProcessorTriggered

@@ -10,7 +10,7 @@
 5. ``counterfactual``: the candidate's processors, replayed over recorded attempts of
    solved tasks (no model, no environment: ``hx.aegis.counterfactual``), change nothing
    that happens while the model's input stays the same.
-6. ``seesaw`` and 7. ``effect``, on the candidate's fresh attempts (``Trials.fresh``), and a
+6. ``seesaw`` and 7. ``effect``, on the candidate's fresh attempts (``GateTrials.fresh``), and a
    fork for a split edit: the rule itself is ``hx.gate.rule``, which the audit applies again to
    every recorded verdict. A fork never takes a cluster where a solved task regressed, so it
    cannot be a ship that regresses by another name.
@@ -32,7 +32,7 @@ from hx.harness.errors import CompositionError
 from schemas.ledger import CandidateProposed
 
 
-class Trials(Protocol):
+class GateTrials(Protocol):
     """What the gate needs run: replays and fresh attempts (``hx.aegis.trials.Trials`` provides them)."""
 
     async def counterfactual(self, harness: HarnessConfig, variant: str) -> list[tuple[str, str, str]]:
@@ -78,7 +78,7 @@ class Forbidden:
 
 
 async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig], base: HarnessConfig,
-                trials: Trials, forbidden: Forbidden, *, allow_fork: bool, code_check: CodeCheck | None = None,
+                trials: GateTrials, forbidden: Forbidden, *, allow_fork: bool, code_check: CodeCheck | None = None,
                 sources: Sequence[str] = ()) -> Verdict:
     """Run the checks in order; the first that fails decides (a seesaw failure may still fork).
 
@@ -139,7 +139,7 @@ def _config(v: Verdict, candidate: CandidateProposed, digest: str, base: Harness
     return v.add("config", True, f"normalised, {digest[:19]}")
 
 
-async def _seesaw(v: Verdict, candidate: CandidateProposed, harness: HarnessConfig, trials: Trials,
+async def _seesaw(v: Verdict, candidate: CandidateProposed, harness: HarnessConfig, trials: GateTrials,
                   allow_fork: bool) -> Verdict:
     fresh = await trials.fresh(harness, candidate.variant, candidate.candidate, candidate.manifest.predicted_flips)
     v.trace_rounds = fresh.trace_rounds

@@ -36,7 +36,7 @@ from hx.aegis.shipping import fork, ship, ship_approved
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials, game_scores
 from hx.aegis.variants import route
-from hx.bench.splits import round_roles
+from hx.environments.splits import round_roles
 from hx.gate.rule import Verdict
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply

@@ -24,9 +24,9 @@ from hx.aegis.ledger import Ledger, LedgerError
 from hx.aegis.loop import Evolution
 from hx.aegis.settings import EvolveSettings, Progress
 from hx.aegis.trials import Trials
-from hx.bench.registry import Benchmark, TaskId
-from hx.bench.rollout import RolloutSettings, RunExists
-from hx.bench.splits import Splits, round_roles
+from hx.environments.registry import Benchmark, TaskId
+from hx.environments.rollout import RolloutSettings, RunExists
+from hx.environments.splits import Splits, round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport, report
 from hx.runtime.code import CodeStore, restore_plugins

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from hx.aegis.counterfactual import replay
 from hx.aegis.ledger import LedgerConflict
-from hx.bench.registry import Benchmark
-from hx.bench.results import AttemptOutcome, summarise
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel, RoundOutcome, RunExists
-from hx.bench.splits import SplitRole, Splits
+from hx.environments.registry import Benchmark
+from hx.environments.results import AttemptOutcome, summarise
+from hx.environments.rollout import PlayedRound, Rollout, RolloutSettings, RoundLabel, RunExists
+from hx.environments.splits import SplitRole, Splits
 from hx.gate.rule import Fresh, Tries
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult
@@ -66,7 +66,7 @@ class Trials:
 
     async def run(self, harness: HarnessConfig, tasks: Sequence[str], *, role: SplitRole, label: RoundLabel,
                   models: ModelConfig | None = None,
-                  settings: RolloutSettings | None = None) -> tuple[int, RoundOutcome]:
+                  settings: RolloutSettings | None = None) -> tuple[int, PlayedRound]:
         """One labelled trace round of ``tasks`` under ``harness``; its number and outcome."""
         trace_round = self.next_round
         self.next_round += 1

@@ -15,18 +15,18 @@ import click
 import msgspec
 from rich.table import Table
 
-import hx.bench  # noqa: F401 - registers the benchmark adapters
+import hx.environments  # noqa: F401 - registers the benchmark adapters
 from hx.aegis.evolvers import EVOLVERS, make_evolver
 from hx.aegis.session import HELDOUT_SPLITS, EvolveJob, Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings
 from hx.aegis.variants import STRATEGIES
-from hx.bench.results import ResultsClaim
-from hx.bench.rollout import RolloutSettings
 from hx.cli._app import App, Terminated, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
 from hx.cli._specs import check_spec_option
 from hx.cli._stop_note import StopNote, on_stop
 from hx.cli.run import choose_harness, new_run_id, read_harness, select_tasks
+from hx.environments.results import ResultsClaim
+from hx.environments.rollout import RolloutSettings
 from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport
 from schemas.learn import PolicyGated, PolicyUpdated

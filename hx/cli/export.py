@@ -17,13 +17,13 @@ from typing import BinaryIO
 import click
 import msgspec
 
-from hx.aegis.export import MARKER, ExportMarker, render
-from hx.aegis.export_fold import ExportError
-from hx.aegis.export_rounds import trajectory_name
-from hx.bench.splits import round_roles
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.cli.log import json_line
+from hx.environments.splits import round_roles
 from hx.replay.audit import verified_ledger
+from hx.report.export import MARKER, ExportMarker, render
+from hx.report.export_fold import ExportError
+from hx.report.export_rounds import trajectory_name
 from projections.ledger import RunLedger
 from schemas.history import resolve_async
 from schemas.lifecycle import AttemptFinished

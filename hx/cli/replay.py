@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-import hx.bench  # noqa: F401 - registers the benchmark adapters a live environment is rebuilt from
+import hx.environments  # noqa: F401 - registers the benchmark adapters a live environment is rebuilt from
 from hx.cli._app import App, pass_app, run, run_id_option
 from hx.cli._specs import check_spec_option
 from hx.harness.config import HarnessConfig

@@ -16,13 +16,13 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-import hx.bench  # noqa: F401 - registers the benchmark adapters (twx, sciworld, gaia)
-from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, benchmark
-from hx.bench.results import ResultsClaim, results_table, to_json
-from hx.bench.rollout import Rollout, RolloutSettings, RoundOutcome
-from hx.bench.splits import ROLES, SplitRole
+import hx.environments  # noqa: F401 - registers the benchmark adapters (twx, sciworld, gaia)
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._specs import check_spec_option
+from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, benchmark
+from hx.environments.results import ResultsClaim, results_table, to_json
+from hx.environments.rollout import PlayedRound, Rollout, RolloutSettings
+from hx.environments.splits import ROLES, SplitRole
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
@@ -146,7 +146,7 @@ def run_command(app: App, benches: tuple[str, ...], split: str, tasks: int, atte
 
 
 async def _run(app: App, run_id: str, specs: list[str], split: str, tasks: int, models: ModelConfig,
-               given: tuple[HarnessConfig, str] | None, settings: RolloutSettings, role: SplitRole) -> RoundOutcome:
+               given: tuple[HarnessConfig, str] | None, settings: RolloutSettings, role: SplitRole) -> PlayedRound:
     benches, ids = select_tasks(specs, split, tasks)
     try:
         harness, source = choose_harness(given, benches)

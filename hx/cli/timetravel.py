@@ -12,13 +12,13 @@ from typing import Any
 
 import click
 
-from hx.aegis.export_fold import rate
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.cli._specs import check_spec_option
 from hx.replay.bisect import Bisection, bisect
 from hx.replay.harness_diff import HarnessDiff, Step, harness_diff
 from hx.replay.regressions import AttemptEvidence, Regression, RoundRegressions, round_regressions
 from hx.replay.timetravel import RunAt, parse_as_of, run_at
+from hx.report.export_fold import rate
 
 AS_OF_HELP = "rN: as of round N's decision; a bare number: as of that HX_LEDGER sequence."
 

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hx.bench.results import game_of
+from hx.environments.results import game_of
 from schemas.ledger import GateCheck, GateJudged, TaskFlip
 
 Outcome = Literal["ship", "fork", "reject"]

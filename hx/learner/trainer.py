@@ -79,7 +79,7 @@ def learn_subject(run_id: str, learner: str) -> str:
 
 
 @dataclass
-class Position:
+class LearnerPosition:
     """Where a learner stands: its starting policy, its current policy, the round it trained through."""
 
     initial: str = ""
@@ -109,7 +109,7 @@ class Learner:
                                                          owner=self.settings.learner), checkpoint_every=10**12)
         self._last = 0
         """Sequence of this learner's last record on ``HX_LEARN``: the next record is appended only after it."""
-        self.position = Position()
+        self.position = LearnerPosition()
         self.policy: Policy | None = None
         self.reference: Policy | None = None
         self.trainer: GRPOTrainer | None = None
@@ -118,9 +118,9 @@ class Learner:
 
     # --- position -----------------------------------------------------------------------------
 
-    async def open(self) -> Position:
+    async def open(self) -> LearnerPosition:
         """Read this learner's records, create its first policy if it has none, rebuild the buffer to its position."""
-        pos = Position()
+        pos = LearnerPosition()
         async for rec in self.log.read(LEARN.name, subjects=[self.subject]):
             ev = rec.event
             self._last = rec.seq

@@ -18,7 +18,7 @@ from hx.processors.history_window import HistoryWindow
 from hx.processors.llm_judge import LlmJudge
 from hx.processors.loop_detector import LoopDetector
 from hx.processors.observation_trim import ObservationTrim
-from hx.processors.otel_spans import OtelSpans
+from hx.processors.otel_spans import OtelSpanEmitter
 from hx.processors.risky_tool_approval import RiskyToolApproval
 from hx.processors.rl_records import RlRecords
 from hx.processors.sandbox import PythonSandboxTool, SandboxLimits
@@ -48,7 +48,7 @@ __all__ = [
     "LlmJudge",
     "LoopDetector",
     "ObservationTrim",
-    "OtelSpans",
+    "OtelSpanEmitter",
     "PythonSandboxTool",
     "RLRecord",
     "RiskyToolApproval",

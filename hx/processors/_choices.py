@@ -127,7 +127,7 @@ def refused(result: ToolResult, patterns: Iterable[re.Pattern[str]]) -> bool:
     return result.is_error or any(p.search(result.output) for p in patterns)
 
 
-class Position:
+class OfferState:
     """Where an attempt stands: the state of the last before_model and the actions it offered (private state)."""
 
     def __init__(self) -> None:

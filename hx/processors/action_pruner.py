@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from hx.harness.processor import Processor
-from hx.processors._choices import DEFAULT_REFUSALS, Position, compile_refusals, narrowed, refused
+from hx.processors._choices import DEFAULT_REFUSALS, OfferState, compile_refusals, narrowed, refused
 from schemas.hooks import AfterTool, BeforeModel
 from schemas.messages import ToolResult
 
@@ -44,7 +44,7 @@ class ActionPruner(Processor, kw_only=True, dict=True, forbid_unknown_fields=Tru
 
     def __post_init__(self) -> None:
         self._refusals = compile_refusals(self.refusals)
-        self._at = Position()
+        self._at = OfferState()
         self._seen: set[str] = set()
         self._refused: dict[str, set[str]] = {}
         self._dull: dict[str, set[str]] = {}

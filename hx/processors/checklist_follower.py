@@ -24,7 +24,7 @@ from hx.harness.processor import Processor
 from hx.processors._choices import (
     DEFAULT_REFUSALS,
     DEFAULT_STOPWORDS,
-    Position,
+    OfferState,
     choices,
     compile_refusals,
     content_words,
@@ -64,7 +64,7 @@ class ChecklistFollower(Processor, kw_only=True, dict=True, forbid_unknown_field
             raise ValueError("min_items and min_length must be >= 1")
         self._refusals = compile_refusals(self.refusals)
         self._stop = frozenset(w.lower() for w in self.stopwords)
-        self._at = Position()
+        self._at = OfferState()
         self._items: dict[str, frozenset[str]] = {}
         self._done: set[str] = set()
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from hx.harness.processor import Processor
-from hx.processors._choices import Position, choices, narrowed
+from hx.processors._choices import OfferState, choices, narrowed
 from schemas.hooks import AfterTool, BeforeModel
 
 
@@ -36,7 +36,7 @@ class ExploreUntried(Processor, kw_only=True, dict=True, forbid_unknown_fields=T
     """When everything here was tried, take the first step towards the nearest state with untried actions."""
 
     def __post_init__(self) -> None:
-        self._at = Position()
+        self._at = OfferState()
         self._actions: dict[str, frozenset[str]] = {}
         """Per state seen, every action it offered."""
         self._moves: dict[str, dict[str, str]] = {}

@@ -26,7 +26,7 @@ fallback's).
 Span names and attributes come from ``projections.genai``, shared with the ``otel``
 projection that builds the same spans from the log afterwards (``hx projections run otel``).
 
-Attach with ``attach(OtelSpans.accepted_hooks(), OtelSpans())``.
+Attach with ``attach(OtelSpanEmitter.accepted_hooks(), OtelSpanEmitter())``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from schemas.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, TaskEn
 SpanHook = TaskStart | BeforeModel | AfterModel | BeforeTool | AfterTool | TaskEnd
 
 
-class OtelSpans(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omit_defaults=True):
+class OtelSpanEmitter(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, omit_defaults=True):
     """Emit invoke_agent, chat and execute_tool spans for one attempt."""
 
     name: ClassVar[str] = "otel_spans"

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from hx.harness.processor import Processor
-from hx.processors._choices import DEFAULT_STOPWORDS, Position, choices, content_words, narrowed
+from hx.processors._choices import DEFAULT_STOPWORDS, OfferState, choices, content_words, narrowed
 from schemas.hooks import AfterTool, BeforeModel, TaskStart
 
 
@@ -41,7 +41,7 @@ class TaskObjects(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
             raise ValueError("min_length must be >= 1")
         self._stop = frozenset(w.lower() for w in self.stopwords)
         self._words: frozenset[str] = frozenset()
-        self._at = Position()
+        self._at = OfferState()
 
     def words(self, text: str) -> frozenset[str]:
         """The content words of ``text``."""

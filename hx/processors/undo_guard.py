@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import ClassVar
 
 from hx.harness.processor import Processor
-from hx.processors._choices import DEFAULT_REFUSALS, Position, choices, compile_refusals, narrowed, refused
+from hx.processors._choices import DEFAULT_REFUSALS, OfferState, choices, compile_refusals, narrowed, refused
 from schemas.hooks import AfterTool, BeforeModel
 
 Pairs = frozenset[frozenset[str]]
@@ -61,7 +61,7 @@ class UndoGuard(Processor, kw_only=True, dict=True, forbid_unknown_fields=True, 
         self._toggles = word_pairs(self.toggles)
         self._both = self._toggles | word_pairs(self.reversals)
         self._refusals = compile_refusals(self.refusals)
-        self._at = Position()
+        self._at = OfferState()
         self._seen: set[str] = set()
         self._effective: dict[str, list[str]] = {}
         self._last: str | None = None

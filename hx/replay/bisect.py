@@ -27,8 +27,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hx.bench.registry import Benchmark, benchmark
-from hx.bench.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.environments.registry import Benchmark, benchmark
+from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError

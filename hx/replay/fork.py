@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from hx.bench.splits import round_roles
+from hx.environments.splits import round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.compare import Aliases, Divergence, compare_attempt
 from hx.replay.logged import LoggedRound, NotOnLog, ReplayError, model_specs, read_round

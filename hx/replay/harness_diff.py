@@ -67,7 +67,7 @@ class Step:
 
 
 @dataclass
-class Trajectory:
+class RecordedAttempt:
     """One attempt of the task, step by step."""
 
     subject: str
@@ -109,7 +109,7 @@ class HarnessDiff:
     reproduces: bool
     """Applying ``operations`` to the first harness gives the second (slots aside, which no operation edits)."""
     ships: list[ShipBetween]
-    trajectories: tuple[Trajectory, Trajectory]
+    trajectories: tuple[RecordedAttempt, RecordedAttempt]
     divergence: Divergence
 
     @property
@@ -122,9 +122,9 @@ def _action(calls: Sequence[Any]) -> str:
     return "; ".join(f"{c.name}({json.dumps(c.input, sort_keys=True)})" for c in calls)
 
 
-async def trajectory(log: EventLog, subject: str) -> Trajectory:
+async def trajectory(log: EventLog, subject: str) -> RecordedAttempt:
     """The steps of one attempt from its own subject (no conversation needed: actions and results only)."""
-    out = Trajectory(subject)
+    out = RecordedAttempt(subject)
     steps: dict[int, Step] = {}
     calls: dict[int, list[str]] = {}
     said: dict[int, str] = {}
@@ -152,7 +152,7 @@ async def trajectory(log: EventLog, subject: str) -> Trajectory:
     return out
 
 
-def diverge(a: Trajectory, b: Trajectory) -> Divergence:
+def diverge(a: RecordedAttempt, b: RecordedAttempt) -> Divergence:
     """The first step where two trajectories differ in action or observation, or where one ends."""
     for x, y in zip(a.steps, b.steps, strict=False):
         if x.action != y.action:

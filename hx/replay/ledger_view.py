@@ -42,7 +42,7 @@ from schemas.ledger import (
     VariantRetired,
     ledger_digest,
 )
-from streams.es_layout import LEDGER_ROOT, StreamLayout
+from streams.eventsourcing.layout import LEDGER_ROOT, StreamLayout
 from streams.log import EventLog
 from streams.topology import LEDGER
 

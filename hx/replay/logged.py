@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hx.bench.splits import round_roles
+from hx.environments.splits import round_roles
 from projections.ledger import RunLedger
 from schemas.envelope import Record
 from schemas.errors import HxError

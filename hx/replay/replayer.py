@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hx.bench.registry import Benchmark, BenchmarkError, TaskId, benchmark
+from hx.environments.registry import Benchmark, BenchmarkError, TaskId, benchmark
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hx.bench.registry import TaskId
+from hx.environments.registry import TaskId
 from projections.ledger import RunLedger
 from schemas.ledger import GameScore, HeldoutScored
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hx.aegis.export import curves
-from hx.aegis.export_fold import RunFold
 from hx.replay.scoreboard import EvolutionReport, report
+from hx.report.export import curves
+from hx.report.export_fold import RunFold
 from projections.ledger_records import RoundRecords
 from schemas.edits import BUCKETS
 from schemas.errors import HxError

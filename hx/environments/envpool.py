@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from py4j.protocol import Py4JError, Py4JJavaError
 
-from hx.bench.registry import BenchmarkError
+from hx.environments.registry import BenchmarkError
 from hx.runtime.task import Task, Tool
 from schemas.event import Event
 from schemas.messages import ToolCall, ToolResult, ToolSchema

@@ -1,6 +1,6 @@
 """What JetStream's replies mean to the ``eventsourcing`` recorders: acks, direct gets, errors.
 
-The datastore (``streams.es_store``) sends requests; this module reads what comes back:
+The datastore (``streams.eventsourcing.store``) sends requests; this module reads what comes back:
 a publish acknowledgement, a direct-get message or its ``Status`` header, and any NATS-side
 failure, which ``translate`` maps to the ``eventsourcing.persistence`` error it means. That
 is where NATS failures enter the library's world.
@@ -22,8 +22,8 @@ from eventsourcing.persistence import (
 )
 from nats.aio.msg import Msg
 
-from streams.es_bridge import LoopClosedError
-from streams.es_layout import StoredMsg
+from streams.eventsourcing.bridge import LoopClosedError
+from streams.eventsourcing.layout import StoredMsg
 from streams.log import WRONG_LAST_SEQUENCE
 
 # JetStream API error codes the recorders react to.

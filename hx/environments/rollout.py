@@ -7,8 +7,8 @@ fresh task from the benchmark, then ``RoundFinished``; a run brackets its rounds
 is folded back from the log through the ``TaskHistory`` projection and cross-checked
 against the attempts' own results, so the numbers printed are the log's numbers.
 
-Splits are kept apart (``hx.bench.splits``): a round runs the tasks of one role only, and
-the held-out split is run only through ``hx.bench.heldout.evaluate_heldout``, which hands
+Splits are kept apart (``hx.environments.splits``): a round runs the tasks of one role only, and
+the held-out split is run only through ``hx.environments.heldout.evaluate_heldout``, which hands
 back aggregate scores and no per-task detail.
 
 >>> attempt_seed(0, "twx:coin:dev:0", 1) == attempt_seed(0, "twx:coin:dev:0", 1) != attempt_seed(0, "twx:coin:dev:0", 0)
@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from hx.bench.registry import Benchmark, BenchmarkError, TaskId
-from hx.bench.results import AttemptOutcome, RolloutReport, summarise
-from hx.bench.splits import ROLES, SplitRole, Splits
+from hx.environments.registry import Benchmark, BenchmarkError, TaskId
+from hx.environments.results import AttemptOutcome, RolloutReport, summarise
+from hx.environments.splits import ROLES, SplitRole, Splits
 from hx.harness.config import HarnessConfig
 from hx.runtime.cancel import cancel_all
 from hx.runtime.loop import AttemptResult, RunLoop
@@ -138,7 +138,7 @@ class RoundLabel:
 
 
 @dataclass(frozen=True)
-class RoundOutcome:
+class PlayedRound:
     """What a round produced: the report (from the log) and each attempt's own result."""
 
     report: RolloutReport
@@ -266,7 +266,7 @@ class Rollout:
 
     async def run_round(self, run_id: str, round: int, task_ids: Iterable[TaskId | str], *,
                         role: SplitRole = "adaptation", progress: Progress | None = None,
-                        label: RoundLabel | None = None) -> RoundOutcome:
+                        label: RoundLabel | None = None) -> PlayedRound:
         """Run every task ``settings.attempts`` times; return the report folded from the log.
 
         ``label`` says what the round is for in an evolution run (purpose, variant,
@@ -300,12 +300,12 @@ class Rollout:
         if self.writer is not None:  # the trace went elsewhere: the results are all there is
             await self._finish(subject, run_id, round, mine)
             report = summarise(mine, attempts=s.attempts, task_order=names, source="results", **fields)
-            return RoundOutcome(report, tuple(results))
+            return PlayedRound(report, tuple(results))
         logged = await round_outcomes(self.log, run_id, round)
         cross_check(mine, logged)
         await self._finish(subject, run_id, round, logged)
         report = summarise(logged, attempts=s.attempts, task_order=names, source="log", **fields)
-        return RoundOutcome(report, tuple(results))
+        return PlayedRound(report, tuple(results))
 
     async def _finish(self, subject: str, run_id: str, round: int, outcomes: Sequence[AttemptOutcome]) -> None:
         """``RoundFinished`` with every attempt's verdict, on the round's own subject (none past ``OUTCOMES_MAX``)."""
@@ -342,7 +342,7 @@ class Rollout:
 
     async def rollout(self, run_id: str, task_ids: Iterable[TaskId | str], *, round: int = 0,
                       role: SplitRole = "adaptation", progress: Progress | None = None, kind: str = "rollout",
-                      extra: Mapping[str, Any] | None = None) -> RoundOutcome:
+                      extra: Mapping[str, Any] | None = None) -> PlayedRound:
         """One run of one round: ``start``, ``run_round``, ``finish`` (a failed or cancelled run says so)."""
         await self.start(run_id, kind=kind, extra=extra)
         try:

@@ -11,7 +11,7 @@ naming what broke:
   ``gold_answer()`` for question answering) ends the episode and passes the verifier.
 
 >>> import asyncio
->>> from hx.bench.gaia import GaiaBenchmark
+>>> from hx.environments.gaia import GaiaBenchmark
 >>> asyncio.run(check_adapter(GaiaBenchmark("tests/fixtures/gaia"), "gaia:all:dev:0"))
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hx.bench.registry import Benchmark, TaskId
+from hx.environments.registry import Benchmark, TaskId
 from hx.runtime.task import Task
 from schemas.event import Event
 from schemas.messages import ToolCall, ToolSchema
@@ -43,7 +43,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class Episode:
     """Everything observable about one played episode."""
 
     first: str
@@ -70,7 +70,7 @@ def gold_calls(task: Task) -> list[ToolCall]:
     raise KitFailure(f"{task.spec.id}: the task offers neither gold_actions() nor gold_answer()")
 
 
-async def play(task: Task, calls: Sequence[ToolCall] | None = None, final_answer: str = "") -> Trajectory:
+async def play(task: Task, calls: Sequence[ToolCall] | None = None, final_answer: str = "") -> Episode:
     """Reset, make the calls (the gold ones when ``None``) until the episode ends, verify and close."""
     try:
         first = await task.reset()
@@ -88,13 +88,13 @@ async def play(task: Task, calls: Sequence[ToolCall] | None = None, final_answer
             steps.append(Step(call=call, output=result.output, is_error=result.is_error, data=dict(result.data)))
             events.extend(task.drain_events())
         verdict = await task.verify(final_answer)
-        return Trajectory(first=first, tools=offered, steps=tuple(steps), events=tuple(events), done=task.done,
+        return Episode(first=first, tools=offered, steps=tuple(steps), events=tuple(events), done=task.done,
                           verdict=verdict)
     finally:
         await task.close()
 
 
-async def check_gold_path(bench: Benchmark, task_id: str) -> Trajectory:
+async def check_gold_path(bench: Benchmark, task_id: str) -> Episode:
     """The task's own solution ends the episode and the verifier passes it."""
     played = await play(bench.make_task(TaskId.parse(task_id)))
     _expect(played.done, f"{task_id}: the gold path ({len(played.steps)} calls) did not end the episode")
@@ -126,7 +126,7 @@ async def check_fresh_instance(bench: Benchmark, task_id: str) -> None:
     _expect(later.first == first_a, f"{task_id}: a task on a reused environment saw another first message")
 
 
-def _differences(one: Trajectory, two: Trajectory) -> str:
+def _differences(one: Episode, two: Episode) -> str:
     if one.first != two.first:
         return "first message"
     if one.tools != two.tools:
@@ -147,7 +147,7 @@ def _differences(one: Trajectory, two: Trajectory) -> str:
 
 
 async def check_determinism(bench: Benchmark, task_id: str, calls: Sequence[ToolCall] | None = None, *,
-                            between: str | None = None) -> Trajectory:
+                            between: str | None = None) -> Episode:
     """The same id and calls give the same episode, even with another task (``between``) played in between."""
     tid = TaskId.parse(task_id)
     if calls is None:

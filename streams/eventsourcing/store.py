@@ -2,7 +2,7 @@
 
 One ``JetStreamDatastore`` holds one NATS connection driven from one ``LoopThread``; the
 recorders of a factory share it from any number of threads. Every call's NATS failure is
-translated into an ``eventsourcing.persistence`` error (by ``streams.es_replies``) before it
+translated into an ``eventsourcing.persistence`` error (by ``streams.eventsourcing.replies``) before it
 leaves the datastore.
 """
 
@@ -28,9 +28,9 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from streams.config import NatsSettings
-from streams.es_bridge import LoopClosedError, LoopThread
-from streams.es_layout import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, OutMsg, StoredMsg, StreamLayout
-from streams.es_replies import ERR_STREAM_NAME_IN_USE, direct_get_error, parse_ack, stored_msg, translate
+from streams.eventsourcing.bridge import LoopClosedError, LoopThread
+from streams.eventsourcing.layout import BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE, OutMsg, StoredMsg, StreamLayout
+from streams.eventsourcing.replies import ERR_STREAM_NAME_IN_USE, direct_get_error, parse_ack, stored_msg, translate
 from streams.redaction import mask_url
 
 log = logging.getLogger(__name__)

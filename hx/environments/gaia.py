@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from hx.bench.gaia_scorer import gaia_match
-from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.gaia_scorer import gaia_match
+from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
 from hx.runtime.task import Task, Tool
 from schemas.event import Event
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema

@@ -1,6 +1,6 @@
 """Rollout results: per task and per game pass@k, scores, steps and infrastructure failures.
 
-The numbers come from attempt verdicts (``AttemptOutcome``), which ``hx.bench.rollout``
+The numbers come from attempt verdicts (``AttemptOutcome``), which ``hx.environments.rollout``
 reads back from the log through the ``TaskHistory`` projection; this module only
 aggregates them and presents them: a rich table, a Markdown table and JSON.
 
@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
-from hx.bench.registry import BenchmarkError, TaskId
+from hx.environments.registry import BenchmarkError, TaskId
 from projections.task_history import pass_at_k
 from schemas.errors import HxError
 from schemas.lifecycle import AttemptStatus

@@ -3,7 +3,7 @@
 ``render(records)`` folds a run's ledger events (``RunFold``) and returns every file of
 the directory as bytes by relative path: ``INDEX.md``, ``journal.md``, ``curves.json``,
 ``scoreboard.json``, ``audit.jsonl``, ``data/``, one ``R<n>/`` folder per round
-(``hx.aegis.export_rounds``) and the marker ``.hx-export`` (``ExportMarker``: which run, which
+(``hx.report.export_rounds``) and the marker ``.hx-export`` (``ExportMarker``: which run, which
 hx; ``hx export --force`` replaces only a directory that carries one). Nothing comes from
 memory or the clock: the same ledger gives the same bytes. Trajectories are read from the
 trace by the command (``hx export --trajectories``); ``render`` only links the files it was
@@ -30,15 +30,15 @@ from typing import Any, Literal
 import msgspec
 
 from hx.aegis import levers
-from hx.aegis.export_fold import RunFold, json_text, link, rate, ratio, table
-from hx.aegis.export_journal import journal
-from hx.aegis.export_rounds import (
+from hx.harness.edits import describe
+from hx.report.export_fold import RunFold, json_text, link, rate, ratio, table
+from hx.report.export_journal import journal
+from hx.report.export_rounds import (
     applied_path,
     candidate_path,
     round_files,
     verdict_path,
 )
-from hx.harness.edits import describe
 from projections.ledger_records import RoundRecords, Ship
 from schemas.edits import BUCKETS
 from schemas.ledger import HarnessShipped, LedgerEvent, ledger_digest

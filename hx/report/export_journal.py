@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hx.aegis.export_fold import RunFold, link, listed, rate
-from hx.aegis.export_rounds import candidate_path, ship_line
 from hx.harness.edits import describe
+from hx.report.export_fold import RunFold, link, listed, rate
+from hx.report.export_rounds import candidate_path, ship_line
 from projections.ledger_records import RoundRecords
 from schemas.ledger import HeldoutScored
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from hx.aegis.export_fold import RunFold, link, listed, rate, safe_name, table
 from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
+from hx.report.export_fold import RunFold, link, listed, rate, safe_name, table
 from projections.ledger_records import RoundRecords, ShipRecord
 from schemas.edits import AnyEditOp, Attach, Manifest, Reparam, Replace
 from schemas.landscape import Landscape, TaskDigest

@@ -7,14 +7,14 @@ URL the embedded nats-server under ``HX_DATA_DIR`` is joined or started, and rel
 (``MYAPP_HX_NATS_URL``). ``HX_ES_REPLICAS`` sets the stream replicas (default 1);
 ``CREATE_TABLE=false`` skips creating streams, as for the library's SQL modules.
 ``HX_ES_LEDGER=yes`` keeps the application's aggregates on hx's edit ledger (``HX_LEDGER``,
-see ``streams.es_layout``); its mapper must then store hx events (topic = hx type name).
+see ``streams.eventsourcing.layout``); its mapper must then store hx events (topic = hx type name).
 
 Each application gets the stream ``HX_ES_<app>``: one message per event on
 ``hx.es.<app>.events.<originator_id>.<version>``, its notification id being the stream
 sequence, plus tracking records on ``hx.es.<app>.tracking.<upstream>``; snapshots go to
 ``HX_ES_<app>_snapshots``. Multi-event inserts are JetStream atomic batches whose messages
 each expect their subject to be empty, so a stale aggregate version rejects the whole
-insert with ``IntegrityError`` (see ``streams.es_recorders``). Tracking records of a
+insert with ``IntegrityError`` (see ``streams.eventsourcing.recorders``). Tracking records of a
 process recorder ride in the same batch, so they take stream sequences too: its
 notification ids can have gaps (the library allows them).
 
@@ -49,8 +49,8 @@ from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
 from streams.config import ENV_KEYS, NatsSettings
 from streams.errors import ServerError
-from streams.es_layout import StreamLayout
-from streams.es_recorders import (
+from streams.eventsourcing.layout import StreamLayout
+from streams.eventsourcing.recorders import (
     JetStreamAggregateRecorder,
     JetStreamApplicationRecorder,
     JetStreamProcessRecorder,
@@ -58,8 +58,8 @@ from streams.es_recorders import (
     JetStreamSubscription,
     JetStreamTrackingRecorder,
 )
-from streams.es_store import JetStreamDatastore
-from streams.es_transcoder import MsgspecTranscoder
+from streams.eventsourcing.store import JetStreamDatastore
+from streams.eventsourcing.transcoder import MsgspecTranscoder
 from streams.server import EmbeddedServer
 
 R = TypeVar("R", bound=JetStreamRecorder)

@@ -19,8 +19,8 @@ import msgspec
 import textworld_express.textworld_express
 from textworld_express import TextWorldExpressEnv
 
-from hx.bench.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
-from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
+from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
 

@@ -35,14 +35,14 @@ from eventsourcing.persistence import (
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TIME, HX_TYPE
 from schemas.errors import SchemaError
 from schemas.event import event_type
-from streams.es_layout import (
+from streams.eventsourcing.layout import (
     HEADER_TOPIC,
     OutMsg,
     StoredMsg,
     StreamLayout,
     topic_header,
 )
-from streams.es_store import JetStreamDatastore, Watch
+from streams.eventsourcing.store import JetStreamDatastore, Watch
 from streams.log import EXPECTED_LAST_SUBJECT_SEQ
 from streams.topology import token_value
 

@@ -23,8 +23,8 @@ import msgspec
 import scienceworld.scienceworld
 from scienceworld import ScienceWorldEnv
 
-from hx.bench.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
-from hx.bench.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
+from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
 

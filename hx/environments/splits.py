@@ -4,7 +4,7 @@ Every round of a run is tagged with a role, ``adaptation`` or ``heldout``
 (``RoundStarted.split``). Evolution (AEGIS) reads task history only through
 ``adaptation_history``, which reads nothing but adaptation rounds and never returns a task
 that any held-out round of the run evaluated; a held-out split is run only through
-``hx.bench.heldout.evaluate_heldout``, which hands back aggregate scores and no per-task detail.
+``hx.environments.heldout.evaluate_heldout``, which hands back aggregate scores and no per-task detail.
 
 >>> Splits(adaptation=("twx:coin:dev:0",), heldout=("twx:coin:test:0",)).role_of("twx:coin:test:0")
 'heldout'
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from hx.bench.registry import TaskId
+from hx.environments.registry import TaskId
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
 from schemas.errors import HxError

@@ -1,6 +1,6 @@
 """Held-out evaluation: a rollout's harness on the frozen held-out split, aggregate scores only.
 
-The held-out split is never adapted on, only evaluated (``hx.bench.splits``). Its rounds
+The held-out split is never adapted on, only evaluated (``hx.environments.splits``). Its rounds
 run like any other, every attempt on the log tagged ``heldout``, but the caller gets back
 pass@k and means per game and overall, never which task passed, so nothing that edits the
 harness can learn from individual held-out tasks.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hx.bench.results import Summary
-from hx.bench.rollout import Rollout
-from hx.bench.splits import Splits, SplitViolation
+from hx.environments.results import Summary
+from hx.environments.rollout import Rollout
+from hx.environments.splits import Splits, SplitViolation
 from hx.runtime.loop import AttemptResult
 
 
