@@ -30,8 +30,9 @@ from hx.aegis.trials import Trials
 from hx.environments.rollout import RolloutSettings
 from hx.environments.splits import Splits
 from hx.harnesses import starter_harness
+from hx.replay.ledger_view import headline
 from hx.runtime.models import ModelConfig
-from schemas.ledger import LedgerEvent, LedgerOpened, RoundDecided, RoundDigested
+from schemas.ledger import CriticJudged, LedgerEvent, LedgerOpened, RoundDecided, RoundDigested
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 
@@ -80,6 +81,7 @@ async def test_each_stage_shows_its_output_on_the_progress_line(nats_url: str) -
     assert lines["digest"] == f"{solved}/{len(digested.digests)} task(s) solved, actionability " \
                               f"{digested.actionability:.2f}"
     assert lines["rollouts"] == "1 trace round(s)" and lines["gate"].startswith(decision.outcome)
+    assert lines["criticise"] == headline(of(records, CriticJudged)[0])  # as ``hx ledger`` shows the verdict
 
 
 @dataclass

@@ -15,6 +15,7 @@ from hx.aegis.gate import CodeCheck
 from hx.aegis.stage import PipelineError, RoundContext
 from hx.aegis.stages.propose import candidate, context
 from hx.aegis.state import RunState
+from hx.replay.ledger_view import headline
 from projections.ledger_records import revised
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateProposed, CandidateRevised, CriticJudged
@@ -82,5 +83,5 @@ class Criticise:
             ctx.end("all_rejected", "the critic found no candidate backed by evidence")
 
     def show(self, output: CriticJudged) -> str:
-        """The ranking."""
-        return f"ranked {', '.join(output.ranking)}" if output.ranking else "no candidate ranked"
+        """The ranking, as ``hx ledger`` shows it."""
+        return headline(output)

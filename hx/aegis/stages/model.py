@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hx.aegis.stage import RoundContext
+from hx.replay.ledger_view import headline
 from schemas.ledger import ModelChanged
 
 
@@ -35,5 +36,5 @@ class ModelInForce:
         """Nothing for later stages: the state folds the change."""
 
     def show(self, output: tuple[ModelChanged, ...]) -> str:
-        """The new model, if it changed."""
-        return f"model {output[0].model}" if output else ""
+        """The new model, if it changed, as ``hx ledger`` shows it."""
+        return headline(output[0]) if output else ""
