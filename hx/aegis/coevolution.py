@@ -71,7 +71,8 @@ class CoevolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
 @dataclass
 class Coevolution:
-    """Keeps the trials' model at the learner's current policy and trains it after each round."""
+    """Keeps the trials' model at the learner's current policy and trains it after each round (the loop's
+    ``RunHooks``: ``spent`` before a round, ``after_round`` after one; ``resting`` goes to the ``Rollouts`` stage)."""
 
     learner: Learner
     trials: Trials

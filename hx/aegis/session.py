@@ -12,17 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from hx.aegis.digester import ProseWriter
 from hx.aegis.evolvers.base import Evolver
-from hx.aegis.gate import Forbidden
+from hx.aegis.gate import CodeCheck, Forbidden
 from hx.aegis.ledger import Ledger, LedgerError
 from hx.aegis.loop import Evolution
 from hx.aegis.settings import EvolveSettings, Progress
+from hx.aegis.stage import CodeSource, Stage
+from hx.aegis.stages import pipeline
+from hx.aegis.stages.criticise import CriticFn
+from hx.aegis.stages.gating import Approver
+from hx.aegis.stages.rollouts import Resting
 from hx.aegis.trials import Trials
 from hx.environments.registry import Benchmark, TaskId
 from hx.environments.rollout import RolloutSettings, RunExists
@@ -30,8 +36,10 @@ from hx.environments.splits import Splits, round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport, report
 from hx.runtime.code import CodeStore, restore_plugins
+from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig, restore_spec
 from projections.ledger import RunLedger
+from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import (
     EvolutionFinished,
     LedgerOpened,
@@ -131,22 +139,29 @@ async def forbidden_texts(benches: Sequence[Benchmark], tasks: Sequence[str]) ->
 
 @dataclass
 class Parts:
-    """What the command line supplies besides the job: the evolver and the optional LLM pieces."""
+    """What the command line supplies besides the job: the evolver, the optional LLM pieces, any added stages."""
 
     evolver: Evolver
     progress: Progress = field(default_factory=Progress)
-    on_attempt: Any = None
-    critic: Any = None
-    code_check: Any = None
-    code_source: Any = None
-    approver: Any = None
-    prose: Any = None
+    on_attempt: Callable[[AttemptResult], None] | None = None
+    critic: CriticFn | None = None
+    code_check: CodeCheck | None = None
+    code_source: CodeSource | None = None
+    approver: Approver | None = None
+    prose: ProseWriter | None = None
     store: CodeStore | None = None
     """Where new processor code lives; a resumed run re-materializes the code its harnesses use."""
-    on_update: Any = None
+    on_update: Callable[[PolicyUpdated | UpdateSkipped | PolicyGated], None] | None = None
     """Called with each learner record of a co-evolution run."""
     key: LedgerKey | None = None
     """What the run's ledger events are signed with (the data directory's key)."""
+    stages: tuple[Stage[Any], ...] = ()
+    """Stages run after today's pipeline in every round (e.g. ``RoundLog``)."""
+
+    def pipeline(self, resting: Resting | None = None) -> list[Stage[Any]]:
+        """A round's stages: today's pipeline with these parts plugged in, then the added ``stages``."""
+        return [*pipeline(critic=self.critic, prose=self.prose, code_check=self.code_check,
+                          code_source=self.code_source, approver=self.approver, resting=resting), *self.stages]
 
 
 async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: EvolveJob, parts: Parts, *,
@@ -182,12 +197,9 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
             if parts.on_update is not None:
                 coevolution.on_update = parts.on_update
             await coevolution.start()
-        evolution = Evolution(ledger, trials, parts.evolver, job.loop_settings, forbidden, critic=parts.critic,
-                              code_check=parts.code_check, code_source=parts.code_source, approver=parts.approver,
-                              progress=parts.progress, prose=parts.prose,
-                              after_round=coevolution.after_round if coevolution else None,
-                              spent=coevolution.spent if coevolution else None,
-                              resting=coevolution.resting if coevolution else None)
+        evolution = Evolution(ledger, trials, parts.evolver, job.loop_settings, forbidden,
+                              stages=parts.pipeline(coevolution.resting if coevolution else None),
+                              hooks=coevolution, progress=parts.progress)
         await evolution.run()
         await _finish_trace(conn, job.run_id, evolution.state().ledger.finished)
         result = report(evolution.state().ledger, evolution.seconds)

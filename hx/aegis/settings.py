@@ -42,3 +42,5 @@ class Progress:
     stage: Callable[[int, str], None] = lambda t, what: None
     decided: Callable[[RoundDecided], None] = lambda d: None
     heldout: Callable[[HeldoutScored], None] = lambda h: None
+    shown: Callable[[int, str, str], None] = lambda t, stage, line: None
+    """A stage's output in one line (``Stage.show``), once it ran or was found recorded."""

@@ -90,7 +90,8 @@ class EvolveProgress:
         """The loop's progress callbacks, drawing on this display."""
         return Progress(round=lambda t: self._describe(f"round {t + 1}/{self.rounds}"),
                         stage=lambda t, what: self._describe(f"round {t + 1}/{self.rounds} · {what}"),
-                        decided=self._decided, heldout=self._heldout)
+                        decided=self._decided, heldout=self._heldout,
+                        shown=lambda t, what, line: self._describe(f"round {t + 1}/{self.rounds} · {what}: {line}"))
 
     async def approver(self, candidate: CandidateProposed, verdict: Verdict) -> bool:
         """Ask at the terminal whether a risky candidate that passed the gate may ship."""
