@@ -37,6 +37,7 @@ from hx.learner.minibatches import Minibatches, TurnKey
 from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable
 from hx.learner.policy_gradient import PolicyGradientConfig
 from hx.learner.provider import remember, resolve_version
+from hx.learner.rloo import RLOOConfig
 from hx.learner.step_groups import turn_advantages
 from hx.learner.train_step import NonFiniteLoss, PolicyTrainer, RoundMetrics
 from projections.buffer_snapshot import BufferState
@@ -48,7 +49,7 @@ from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
 
-AlgorithmConfig = GRPOConfig
+AlgorithmConfig = GRPOConfig | RLOOConfig
 """The config of a learner algorithm, tagged with its name (``{"name": "rloo", ...}``)."""
 _CONFIGS: tuple[type[PolicyGradientConfig], ...] = get_args(AlgorithmConfig) or (AlgorithmConfig,)
 
