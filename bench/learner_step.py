@@ -12,7 +12,7 @@ In one process, on one model's initial parameters (copies) and one encoded batch
 synthetic samples (a tool ``act`` with an enum of 20 actions, a few messages of text), it
 times, alternating so drift hits all three:
 
-(a) ``GRPOTrainer.step``: the jitted GRPO loss, gradient, global norm, finiteness check and
+(a) ``PolicyTrainer.step`` (GRPO): the jitted GRPO loss, gradient, global norm, finiteness check and
     conditional AdamW update, metrics fetched to the host, the model updated in place;
 (b) a pure forward+backward: ``jax.jit`` over ``nnx.split`` state of ``-mean(logp)`` over the
     valid units and its gradient, waited for (the issue's baseline);
@@ -50,8 +50,9 @@ import numpy as np
 import optax  # type: ignore[import-untyped]
 from flax import nnx
 
-from hx.learner.grpo import GRPOConfig, GRPOTrainer, group_advantages
+from hx.learner.grpo import GRPO, GRPOConfig
 from hx.learner.policy import Batch, Sample, bucket, policy_kind
+from hx.learner.train_step import PolicyTrainer
 from schemas.messages import Message, ToolCall, ToolSchema
 
 ACTIONS = ("north", "south", "east", "west", "take coin", "open door", "close door", "look", "inventory",
@@ -206,7 +207,9 @@ def main() -> None:
               if args.kl > 0 else np.zeros_like(mask))
     rewards = {f"g{g}": [float(rng.integers(0, 2)) + 0.1 * j for j in range(args.group)]
                for g in range(-(-args.batch // args.group))}
-    advs = [a for g in sorted(rewards, key=lambda k: int(k[1:])) for a in group_advantages(rewards)[g]]
+    cfg = GRPOConfig(kl_beta=args.kl)
+    by_group = GRPO().advantages(rewards, cfg)
+    advs = [a for g in sorted(rewards, key=lambda k: int(k[1:])) for a in by_group[g]]
     adv = np.zeros(n_rows, np.float32)
     adv[:args.batch] = advs[:args.batch]
     batch = {**batch, "old_lp": old_lp, "ref_lp": ref_lp, "adv": adv}
@@ -214,8 +217,7 @@ def main() -> None:
     shapes = " ".join(f"{k}{list(v.shape)}" for k, v in sorted(batch.items()))
     print(f"kind={args.kind} params={params:,} samples={args.batch} batch: {shapes}")
 
-    cfg = GRPOConfig(kl_beta=args.kl)
-    trainer = GRPOTrainer(model, cfg)
+    trainer = PolicyTrainer(model, cfg)
     tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
                      optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay))
     step, state = plain_step(plain_model, tx)

@@ -23,8 +23,10 @@ class PolicyInitialised(Event, frozen=True, kw_only=True):
     version: str
     """Checkpoint version (sha256 of its files) in the object store."""
     kind: str
+    algorithm: str = "grpo"
+    """The learner algorithm it trains with (an ``hx.algorithms`` name); records written before it was named: GRPO."""
     config: dict[str, Any] = {}
-    """The learner's settings (GRPO configuration, window), no secrets."""
+    """The learner's settings as plain data (``LearnerSettings``: it reads this back, old shapes too), no secrets."""
 
 
 class LearnerPass(Event, frozen=True, kw_only=True):

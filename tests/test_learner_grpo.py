@@ -15,15 +15,10 @@ import pytest
 from flax import nnx
 from jax.typing import ArrayLike
 
-from hx.learner.grpo import (
-    GRPOConfig,
-    GRPOTrainer,
-    NonFiniteLoss,
-    group_advantages,
-    grpo_loss,
-    minibatches,
-)
+from hx.learner.grpo import GRPO, GRPOConfig
 from hx.learner.policy import PolicyError
+from hx.learner.policy_gradient import clipped_loss
+from hx.learner.train_step import NonFiniteLoss, PolicyTrainer, minibatches
 
 F, H = 4, 8
 """Features per option and hidden width of the test scorer."""
@@ -114,7 +109,7 @@ def params_of(model: nnx.Module) -> dict[str, Any]:
     return jax.tree.map(lambda x: np.array(x, dtype=np.float64), pure)  # type: ignore[no-any-return]
 
 
-def variables_of(trainer: GRPOTrainer) -> list[np.ndarray]:
+def variables_of(trainer: PolicyTrainer) -> list[np.ndarray]:
     """Every variable of model and optimiser (parameters, moments, step counts) as numpy copies."""
     return [np.array(x) for x in jax.tree.leaves(nnx.state((trainer.model, trainer.optimizer)))]
 
@@ -158,10 +153,10 @@ CLIPPED = {"plain": 2 / 9, "full": 2 / 9, "clip_higher": 1 / 9}
 
 def jax_loss_and_grad(model: nnx.Module, batch: Mapping[str, np.ndarray],
                       cfg: GRPOConfig) -> tuple[float, dict[str, Any], dict[str, Any]]:
-    """``grpo_loss`` on the model, its aux and its gradient as nested numpy."""
+    """``clipped_loss`` on the model, its aux and its gradient as nested numpy."""
     def fn(m: nnx.Module) -> tuple[jax.Array, dict[str, jax.Array]]:
         logp, entropy = m(batch)
-        return grpo_loss(logp, entropy, batch, cfg)
+        return clipped_loss(logp, entropy, batch, cfg)
 
     (loss, aux), grads = nnx.value_and_grad(fn, has_aux=True)(model)
     pure = jax.tree.map(lambda x: np.array(x, dtype=np.float64), nnx.to_pure_dict(grads))
@@ -197,7 +192,7 @@ def test_step_applies_clipped_adamw_to_the_gradient() -> None:
     _, _, grads = jax_loss_and_grad(model, batch, cfg)
     norm = math.sqrt(sum(float((g ** 2).sum()) for g in jax.tree.leaves(grads)))
     assert norm > cfg.max_grad_norm  # global-norm clipping is active
-    metrics = GRPOTrainer(model, cfg).step(batch)
+    metrics = PolicyTrainer(model, cfg).step(batch)
     assert metrics.grad_norm == pytest.approx(norm, rel=1e-5)
     assert metrics.units == 9
     after = params_of(model)
@@ -221,7 +216,7 @@ def test_positive_advantage_raises_log_prob_and_negative_lowers_it() -> None:
     base["choice"][:, 0] = [0, 1]
     batch = with_learner(model, base, [1.0, -1.0])
     before = np.asarray(model(batch)[0])[:, 0]
-    metrics = GRPOTrainer(model, GRPOConfig(learning_rate=1e-2)).step(batch)
+    metrics = PolicyTrainer(model, GRPOConfig(learning_rate=1e-2)).step(batch)
     after = np.asarray(model(batch)[0])[:, 0]
     assert metrics.grad_norm > 0
     assert after[0] > before[0] + 1e-4
@@ -236,28 +231,28 @@ def test_the_upper_clip_bounds_how_far_a_rewarded_choice_rises_in_a_pass(high: f
     # only Adam's momentum still moves it. This is what bounds a rare rewarded choice's rise per learner pass.
     model = OptionScorer(rngs=nnx.Rngs(2))
     batch = with_learner(model, make_batch(b=1, t=1, k=5), [1.0])
-    trainer = GRPOTrainer(model, GRPOConfig(learning_rate=1e-3, clip_eps_high=high))
+    trainer = PolicyTrainer(model, GRPOConfig(learning_rate=1e-3, clip_eps_high=high))
     for _ in range(300):
         trainer.step(batch)
     ratio = float(np.exp(np.asarray(model(batch)[0])[0, 0] - batch["old_lp"][0, 0]))
     assert low < ratio < top
 
 
-def test_zero_spread_groups_are_dropped_and_population_std_is_used() -> None:
-    out = group_advantages({"a": [1.0, 2.0, 3.0], "same": [5.0, 5.0], "one": [7.0], "tiny": [0.1, 0.1, 0.1]},
-                           eps=1e-6)
-    assert list(out) == ["a"]
+def test_zero_spread_groups_get_zeros_and_population_std_is_used() -> None:
+    out = GRPO().advantages({"a": [1.0, 2.0, 3.0], "same": [5.0, 5.0], "one": [7.0], "tiny": [0.1, 0.1, 0.1]},
+                            GRPOConfig(adv_eps=1e-6))
+    assert {k: v for k, v in out.items() if k != "a"} == {"same": [0.0, 0.0], "one": [0.0], "tiny": [0.0] * 3}
     want = (np.array([1.0, 2.0, 3.0]) - 2.0) / (np.std([1.0, 2.0, 3.0]) + 1e-6)
     np.testing.assert_allclose(out["a"], want, rtol=1e-12)
     with pytest.raises(PolicyError, match="'bad'"):
-        group_advantages({"bad": [1.0, float("nan")]})
+        GRPO().advantages({"bad": [1.0, float("nan")]}, GRPOConfig())
 
 
 def test_all_zero_advantages_leave_parameters_unchanged() -> None:
     model = OptionScorer(rngs=nnx.Rngs(2))
     batch = with_learner(model, make_batch(), [0.0] * 4, OFFSETS)
     before = params_of(model)
-    metrics = GRPOTrainer(model, GRPOConfig(learning_rate=1e-2, weight_decay=0.0)).step(batch)
+    metrics = PolicyTrainer(model, GRPOConfig(learning_rate=1e-2, weight_decay=0.0)).step(batch)
     assert metrics.grad_norm == 0.0
     after = params_of(model)
     for layer in before:
@@ -273,7 +268,7 @@ def test_same_seed_and_batches_give_bit_identical_parameters() -> None:
     for _ in range(2):
         model = OptionScorer(rngs=nnx.Rngs(4))
         batch = with_learner(model, make_batch(seed=5), ADV, OFFSETS)
-        trainer = GRPOTrainer(model, cfg)
+        trainer = PolicyTrainer(model, cfg)
         first = trainer.train_round(batch)
         second = trainer.train_round(batch)
         assert first.steps == second.steps == 4  # 2 epochs x 2 minibatches of 2
@@ -329,7 +324,7 @@ def test_padding_rows_and_units_change_neither_loss_nor_gradient() -> None:
 def test_non_finite_batch_raises_and_leaves_model_and_optimizer_unchanged(key: str) -> None:
     model = OptionScorer(rngs=nnx.Rngs(0))
     batch = with_learner(model, make_batch(), ADV, OFFSETS)
-    trainer = GRPOTrainer(model, GRPOConfig(learning_rate=1e-2))
+    trainer = PolicyTrainer(model, GRPOConfig(learning_rate=1e-2))
     trainer.step(batch)  # moments and step count are non-trivial before the bad batch
     before = variables_of(trainer)
     bad = {k: v.copy() for k, v in batch.items()}
@@ -347,7 +342,7 @@ def test_non_finite_batch_raises_and_leaves_model_and_optimizer_unchanged(key: s
 
 def test_same_bucket_shapes_do_not_recompile() -> None:
     model = OptionScorer(rngs=nnx.Rngs(0))
-    trainer = GRPOTrainer(model, GRPOConfig(minibatch=4))
+    trainer = PolicyTrainer(model, GRPOConfig(minibatch=4))
     first = with_learner(model, make_batch(seed=1), ADV)
     second = with_learner(model, make_batch(seed=2), [0.3, -0.3, 1.0, -1.0])
     trainer.train_round(first)
@@ -377,8 +372,8 @@ def test_step_names_a_missing_learner_array() -> None:
     model = OptionScorer(rngs=nnx.Rngs(0))
     batch = make_batch()
     with pytest.raises(PolicyError, match="'old_lp'"):
-        GRPOTrainer(model).step(batch)
+        PolicyTrainer(model, GRPOConfig()).step(batch)
     full = with_learner(model, batch, ADV)
     del full["ref_lp"]
     with pytest.raises(PolicyError, match="'ref_lp'"):
-        GRPOTrainer(model, GRPOConfig(kl_beta=0.1)).step(full)
+        PolicyTrainer(model, GRPOConfig(kl_beta=0.1)).step(full)

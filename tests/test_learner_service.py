@@ -63,7 +63,7 @@ SETTINGS = RolloutSettings(attempts=4, concurrency=2, max_steps=6, seed=3)
 TASKS = ids("easy", 2) + ids("walk", 1)
 HELDOUT = ids("easy", 2, "test")
 SMALL = LearnerSettings(config={"dim": 16, "hidden": 32, "vocab": 512}, window=1, step_weight=0.0,
-                        grpo=GRPOConfig(learning_rate=3e-3, minibatch=256, epochs=2))
+                        algorithm=GRPOConfig(learning_rate=3e-3, minibatch=256, epochs=2))
 """A small scorer, one minibatch a pass and plain GRPO (episode advantages only, unless a test adds step
 groups): each learner instance compiles its training step once or twice."""
 WIDE = msgspec.structs.replace(SMALL, window=4)
@@ -120,7 +120,7 @@ async def test_open_writes_the_first_policy_once_and_a_second_open_reads_it_back
     assert (pos.initial, pos.version, pos.through_round, pos.updates) == (fresh, fresh, -1, [])
     [init] = await learn_records(log, RUN)
     assert isinstance(init, PolicyInitialised) and (init.run_id, init.learner, init.kind) == (RUN, "default", "scorer")
-    assert init.version == fresh and init.config["window"] == 4 and init.config["grpo"]["seed"] == 0
+    assert init.version == fresh and init.config["window"] == 4 and init.config["algorithm"]["seed"] == 0
     assert await checkpoint.stored(log, fresh)
     assert await learner.update() is None  # no round has finished: nothing to train on, nothing written
 
@@ -155,7 +155,7 @@ async def test_a_finished_round_is_one_update_and_nothing_is_trained_twice(log: 
 
 async def test_a_second_learner_of_one_name_is_refused_and_so_is_a_restart_with_other_settings(log: EventLog) -> None:
     await play(log, 0)
-    faster = msgspec.structs.replace(SMALL, grpo=msgspec.structs.replace(SMALL.grpo, learning_rate=1e-2))
+    faster = msgspec.structs.replace(SMALL, algorithm=msgspec.structs.replace(SMALL.algorithm, learning_rate=1e-2))
     first, twin, other = Learner(log, RUN, SMALL), Learner(log, RUN, SMALL), Learner(log, RUN, faster)
     for learner in (first, twin, other):
         await learner.open()
@@ -430,7 +430,7 @@ async def test_a_pass_compiles_its_training_step_once(log: EventLog) -> None:
     await play(log, 0)
     n = (await expected_pass(log, RUN, [0])).samples
     assert n > 2
-    learner = Learner(log, RUN, msgspec.structs.replace(SMALL, grpo=GRPOConfig(minibatch=n - 1, epochs=1)))
+    learner = Learner(log, RUN, msgspec.structs.replace(SMALL, algorithm=GRPOConfig(minibatch=n - 1, epochs=1)))
     await learner.open()
     record = await learner.update()
     assert isinstance(record, PolicyUpdated) and (record.samples, record.steps) == (n, 2)
@@ -504,10 +504,10 @@ def test_hx_learn_policy_config_weigh_and_clip_set_the_learner_and_bad_values_ar
     ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "turns", "--weigh", "turn"))
     turns = on_log(nats_url, lambda log: learn_records(log, RUN, "turns"))[0]
     assert isinstance(turns, PolicyInitialised) and turns.config["per_trajectory"] is False
-    assert turns.config["grpo"]["clip_eps_high"] == 1.0  # clip-higher unless asked
+    assert turns.config["algorithm"]["clip_eps_high"] == 1.0  # clip-higher unless asked
     ok(hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "symmetric", "--clip-eps-high", "0.2"))
     symmetric = on_log(nats_url, lambda log: learn_records(log, RUN, "symmetric"))
-    assert isinstance(symmetric[0], PolicyInitialised) and symmetric[0].config["grpo"]["clip_eps_high"] == 0.2
+    assert isinstance(symmetric[0], PolicyInitialised) and symmetric[0].config["algorithm"]["clip_eps_high"] == 0.2
     assert isinstance(symmetric[1], PolicyUpdated)
     bad = hx("--nats-url", nats_url, "learn", RUN, "--once", "--learner", "zero", "--clip-eps-high", "0")
     assert bad.exit_code == 2 and "--clip-eps-high" in bad.output, bad.output

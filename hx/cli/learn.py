@@ -1,4 +1,4 @@
-"""``hx learn RUN``: train the run's policy from its trace with GRPO, one pass per finished round.
+"""``hx learn RUN``: train the run's policy from its trace (GRPO, or ``--algorithm``), one pass per finished round.
 
 The learner follows the run: it trains on what has finished, then waits for the next
 ``round.finished`` until the run ends (``--once``: train on what is there and stop). Its
@@ -20,6 +20,7 @@ import click
 import msgspec
 
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console
+from hx.learner.algorithm import ALGORITHMS, algorithm
 from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.lifecycle import RoundFinished, RunFinished
@@ -59,6 +60,10 @@ def learner_options(fn: F) -> F:
         click.option("--policy-config", "policy_config", multiple=True, metavar="KEY=NUMBER",
                      callback=_policy_config, help="A setting of a fresh policy, e.g. context_gain=0.1 or "
                      "hidden=128 for the scorer (repeatable)."),
+        click.option("--algorithm", "algorithm_name", default="grpo", show_default=True,
+                     metavar=f"[{'|'.join(ALGORITHMS.names())}]",
+                     help="Learner algorithm (an hx.algorithms entry point): how a group's rewards become "
+                     "advantages."),
         click.option("--window", type=click.IntRange(min=1), default=4, show_default=True,
                      help="Trace rounds the replay buffer holds (FIFO)."),
         click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-2, show_default=True,
@@ -93,21 +98,20 @@ def learner_options(fn: F) -> F:
 
 
 def learner_settings(options: dict[str, Any]) -> LearnerSettings:
-    """``LearnerSettings`` from the learner options (popped from ``options``)."""
-    from hx.learner.grpo import GRPOConfig
+    """``LearnerSettings`` from the learner options (popped from ``options``); an unknown algorithm names the known."""
     from hx.learner.trainer import LearnerSettings
 
-    grpo = GRPOConfig(learning_rate=options.pop("lr"), epochs=options.pop("epochs"),
-                      minibatch=options.pop("minibatch"), clip_eps=options.pop("clip_eps"),
-                      clip_eps_high=options.pop("clip_eps_high"),
-                      kl_beta=options.pop("kl_beta"), entropy_coef=options.pop("entropy_coef"),
-                      seed=options["learner_seed"])
+    config = algorithm(options.pop("algorithm_name")).config_type(
+        learning_rate=options.pop("lr"), epochs=options.pop("epochs"), minibatch=options.pop("minibatch"),
+        clip_eps=options.pop("clip_eps"), clip_eps_high=options.pop("clip_eps_high"),
+        kl_beta=options.pop("kl_beta"), entropy_coef=options.pop("entropy_coef"), seed=options["learner_seed"])
     return LearnerSettings(learner=options.pop("learner_name"), kind=options.pop("kind"),
                            config=options.pop("policy_config"),
                            init=options.pop("init_version"), init_seed=options.pop("learner_seed"),
                            window=options.pop("window"), step_weight=options.pop("step_weight"),
                            step_discount=options.pop("step_discount"),
-                           per_trajectory=options.pop("weigh") == "trajectory", grpo=grpo)
+                           per_trajectory=options.pop("weigh") == "trajectory",
+                           algorithm=config)  # type: ignore[arg-type]  # the registry's config is one of the union
 
 
 def describe(record: PolicyUpdated | UpdateSkipped | PolicyGated) -> str:
@@ -134,7 +138,7 @@ def describe(record: PolicyUpdated | UpdateSkipped | PolicyGated) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print each learner record as a JSON line on stdout.")
 @pass_app
 def learn_command(app: App, /, run_id: str, once: bool, as_json: bool, **options: Any) -> None:
-    """Train RUN's policy with cross-harness GRPO from its trace, after each round, until the run ends."""
+    """Train RUN's policy (cross-harness GRPO, or --algorithm) from its trace, after each round, until the run ends."""
     settings = learner_settings(options)
     run(_learn(app, run_id, settings, once=once, as_json=as_json))
 

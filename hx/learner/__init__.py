@@ -1,4 +1,4 @@
-"""The JAX/Flax learner: trainable policies, cross-harness GRPO, and the service that trains from the log."""
+"""The JAX/Flax learner: trainable policies, cross-harness GRPO and RLOO, and the service that trains from the log."""
 
 import logging
 import warnings

@@ -1,347 +1,48 @@
-"""Group-relative policy optimisation (GRPO) over any policy kind's per-unit log-probabilities.
+"""Group-relative policy optimisation (GRPO): each group's rewards standardised, the clipped loss.
 
-The learner sees a kind only through its model: ``model(batch)`` returns ``(logp, entropy)``,
-both ``[B, T]``, one entry per unit (a token or a categorical decision). Each batch holds
-``mask`` ``[B, T]`` and the learner's additions ``old_lp`` ``[B, T]`` (behaviour log-probs),
-``ref_lp`` ``[B, T]`` (reference log-probs; read only when ``kl_beta > 0``) and ``adv``
-``[B]`` (group-relative advantage, see ``group_advantages``).
+A sample's advantage is its trajectory's reward standardised within its group,
+``(r - mean) / (std + adv_eps)`` (population std; ``hx.processors.training_bridge.standardised``,
+the one place that arithmetic lives). A group whose rewards are all equal gets zeros. The loss
+is the family's clipped surrogate (``hx.learner.policy_gradient.clipped_loss``).
 
-A non-finite loss or gradient never updates the model: ``GRPOTrainer.step`` leaves the
-parameters and optimiser state as they were and raises ``NonFiniteLoss`` carrying the
-step's metrics; the caller decides whether to drop the batch or stop the round.
-
->>> group_advantages({"a": [1.0, 0.0], "b": [0.5, 0.5]})
-{'a': [0.999998000004, -0.999998000004]}
+>>> GRPO().advantages({"a": [1.0, 0.0], "b": [0.5, 0.5]}, GRPOConfig())
+{'a': [0.999998000004, -0.999998000004], 'b': [0.0, 0.0]}
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
-import jax
-import jax.numpy as jnp
-import msgspec
-import numpy as np
-import optax  # type: ignore[import-untyped]
-from flax import nnx
 from jax.typing import ArrayLike
 
-from hx.learner.policy import Batch, PolicyError, bucket
-
-Array = jax.Array
-"""A JAX array (alias for annotations)."""
-
-_LEARNER_KEYS = ("old_lp", "ref_lp", "adv")
-"""Batch entries the learner adds; zeroed in padding rows made by ``minibatches``."""
+from hx.learner.policy_gradient import Array, PolicyGradientConfig, clipped_loss, finite_rewards
+from hx.processors.training_bridge import standardised
 
 
-class GRPOConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Hyper-parameters of GRPO training; defaults suit a small model trained from scratch."""
+class GRPOConfig(PolicyGradientConfig, frozen=True, forbid_unknown_fields=True, kw_only=True,
+                 tag="grpo", tag_field="name"):
+    """GRPO's hyper-parameters: the clipped family's, and the standardisation's ``adv_eps``."""
 
-    learning_rate: float = 3e-4
-    weight_decay: float = 0.0
-    clip_eps: float = 0.2
-    """PPO clip range: the ratio is clipped to ``[1 - clip_eps, 1 + clip_eps_high]``."""
-    clip_eps_high: float | None = None
-    """Upper clip range (DAPO's clip-higher); None: ``clip_eps``, a symmetric range."""
-    kl_beta: float = 0.0
-    """Weight of the k3 KL estimate to the reference policy; 0 turns it (and ``ref_lp``) off."""
-    entropy_coef: float = 0.0
-    """Weight of the entropy bonus (subtracted from the loss)."""
-    max_grad_norm: float = 1.0
     adv_eps: float = 1e-6
     """Added to the group's standard deviation when normalising rewards."""
-    epochs: int = 1
-    """Passes over a round's samples."""
-    minibatch: int = 16
-    """Samples per optimiser step."""
-    seed: int = 0
-    """Seeds the minibatch shuffle."""
 
-    @property
-    def clip_high(self) -> float:
-        """The upper clip range in force: ``clip_eps_high``, else ``clip_eps``."""
-        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
-
-    def __post_init__(self) -> None:
-        checks: tuple[tuple[str, bool, str], ...] = (
-            ("learning_rate", self.learning_rate > 0, "> 0"),
-            ("weight_decay", self.weight_decay >= 0, ">= 0"),
-            ("clip_eps", 0 < self.clip_eps < 1, "in (0, 1)"),
-            ("clip_eps_high", self.clip_eps_high is None or self.clip_eps_high > 0, "> 0 (or None)"),
-            ("kl_beta", self.kl_beta >= 0, ">= 0"),
-            ("entropy_coef", self.entropy_coef >= 0, ">= 0"),
-            ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
-            ("adv_eps", self.adv_eps > 0, "> 0"),
-            ("epochs", self.epochs >= 1, ">= 1"),
-            ("minibatch", self.minibatch >= 1, ">= 1"),
-            ("seed", self.seed >= 0, ">= 0"),
-        )
-        for name, ok, rule in checks:
-            value = getattr(self, name)
-            # NaN fails every comparison, so it lands here too.
-            if not ok or (isinstance(value, float) and not math.isfinite(value)):
-                raise PolicyError(f"GRPOConfig.{name} must be {rule} and finite, got {value!r}")
+    def checks(self) -> tuple[tuple[str, bool, str], ...]:
+        """The family's checks and ``adv_eps > 0``."""
+        return (*super().checks(), ("adv_eps", self.adv_eps > 0, "> 0"))
 
 
-class StepMetrics(msgspec.Struct, frozen=True, kw_only=True):
-    """What one optimiser step measured (aux means are over the batch's valid units)."""
+class GRPO:
+    """GRPO as a learner algorithm (entry point ``grpo``)."""
 
-    loss: float
-    kl: float
-    """Mean k3 estimate to the reference policy; 0 when ``kl_beta`` is 0."""
-    clip_fraction: float
-    """Fraction of valid units whose clipped term is the active one (no gradient through it)."""
-    entropy: float
-    grad_norm: float
-    """Global norm of the gradient before clipping."""
-    ratio: float
-    """Mean ``exp(logp - old_lp)``."""
-    units: int
+    name: ClassVar[str] = "grpo"
+    config_type: ClassVar[type[GRPOConfig]] = GRPOConfig
 
+    def advantages(self, rewards: Mapping[str, Sequence[float]], config: GRPOConfig) -> dict[str, list[float]]:
+        """Each group's rewards standardised (zeros for a group without spread)."""
+        return {key: standardised(rs, config.adv_eps) for key, rs in finite_rewards(rewards).items()}
 
-class RoundMetrics(StepMetrics, frozen=True, kw_only=True):
-    """Means of the step metrics over a round (``units``: their sum), with the number of steps."""
-
-    steps: int
-
-
-class NonFiniteLoss(PolicyError):
-    """A step's loss or gradient was not finite; the update was not applied."""
-
-    def __init__(self, metrics: StepMetrics) -> None:
-        self.metrics = metrics
-        super().__init__(f"non-finite loss or gradient (loss={metrics.loss}, grad_norm={metrics.grad_norm}, "
-                         f"units={metrics.units}); parameters and optimiser state left unchanged")
-
-
-def group_advantages(rewards: Mapping[str, Sequence[float]], eps: float = 1e-6) -> dict[str, list[float]]:
-    """Each group's rewards as ``(r - mean) / (std + eps)`` (population std); zero-spread groups are dropped."""
-    out: dict[str, list[float]] = {}
-    for key, values in rewards.items():
-        rs = [float(r) for r in values]
-        if not all(math.isfinite(r) for r in rs):
-            raise PolicyError(f"group {key!r} has a non-finite reward: {rs}")
-        # Exact spread test: the std of equal floats can come out as a tiny non-zero number.
-        if len(rs) < 2 or max(rs) == min(rs):
-            continue
-        mean = math.fsum(rs) / len(rs)
-        std = math.sqrt(math.fsum((r - mean) ** 2 for r in rs) / len(rs))
-        out[key] = [(r - mean) / (std + eps) for r in rs]
-    return out
-
-
-def grpo_loss(logp: Array, entropy: Array, batch: Mapping[str, ArrayLike],
-              cfg: GRPOConfig) -> tuple[Array, dict[str, Array]]:
-    """The clipped GRPO loss, sequence-mean-token-mean over valid units, and its aux means."""
-    valid = jnp.asarray(batch["mask"]) > 0
-    mask = valid.astype(logp.dtype)
-    # Padded units may hold any value, non-finite ones too: mask them out with `where` before any
-    # other operation, so neither the loss nor its gradient sees them (zero times a non-finite value is not zero).
-    logp = jnp.where(valid, logp, 0.0)
-    entropy = jnp.where(valid, entropy, 0.0)
-    old = jnp.where(valid, jnp.asarray(batch["old_lp"]), 0.0)
-    has_units = mask.sum(axis=1) > 0
-    adv = jnp.where(has_units, jnp.asarray(batch["adv"]), 0.0)[:, None]
-
-    ratio = jnp.exp(logp - old)
-    clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_high)
-    per_unit = -jnp.minimum(ratio * adv, clipped * adv)
-    if cfg.kl_beta > 0:
-        delta = jnp.where(valid, jnp.asarray(batch["ref_lp"]), 0.0) - logp
-        k3 = jnp.exp(delta) - delta - 1.0
-        per_unit = per_unit + cfg.kl_beta * k3
-    else:
-        k3 = jnp.zeros_like(logp)
-    if cfg.entropy_coef > 0:
-        per_unit = per_unit - cfg.entropy_coef * entropy
-
-    counts = mask.sum(axis=1)
-    seq_mean = (per_unit * mask).sum(axis=1) / jnp.maximum(counts, 1.0)
-    rows = has_units.astype(logp.dtype)
-    loss = (seq_mean * rows).sum() / jnp.maximum(rows.sum(), 1.0)
-
-    total = mask.sum()
-    denom = jnp.maximum(total, 1.0)
-    clip_active = ((adv > 0) & (ratio > 1.0 + cfg.clip_high)) | ((adv < 0) & (ratio < 1.0 - cfg.clip_eps))
-
-    def unit_mean(x: Array) -> Array:
-        return jax.lax.stop_gradient((x * mask).sum() / denom)
-
-    aux = {"kl": unit_mean(k3), "clip_fraction": unit_mean(clip_active.astype(logp.dtype)),
-           "entropy": unit_mean(entropy), "ratio": unit_mean(ratio), "units": jax.lax.stop_gradient(total)}
-    return loss, aux
-
-
-def minibatches(batch: Batch, size: int, *, seed: int = 0) -> list[Batch]:
-    """``batch``'s samples shuffled under ``seed`` into steps of ``size``, each padded to the same row count.
-
-    Rows without units (padding) are dropped before the split. Every minibatch has
-    ``min(bucket(size), rows of batch)`` rows and the input's other dimensions, so all
-    steps share one compiled shape; padding rows copy row 0 with ``mask`` and the
-    learner's arrays zeroed.
-    """
-    if size < 1:
-        raise PolicyError(f"minibatch size must be >= 1, got {size}")
-    mask = np.asarray(batch["mask"])
-    real = np.flatnonzero(mask.reshape(mask.shape[0], -1).sum(axis=1) > 0)
-    if real.size == 0:
-        return []
-    order = real[np.random.default_rng(seed).permutation(real.size)]
-    rows = min(bucket(size), mask.shape[0])
-    out: list[Batch] = []
-    for start in range(0, order.size, rows):
-        take = order[start:start + rows]
-        pad = rows - take.size
-        index = np.concatenate([take, np.zeros(pad, dtype=take.dtype)])
-        part = {key: np.asarray(value)[index] for key, value in batch.items()}
-        if pad:
-            for key in ("mask", *_LEARNER_KEYS):
-                if key in part:
-                    part[key][take.size:] = 0
-        out.append(part)
-    return out
-
-
-_STATS = ("loss", "kl", "clip_fraction", "entropy", "grad_norm", "ratio", "units", "finite")
-
-State = nnx.State[Any, Any]
-"""An NNX state tree (of the model and its optimiser) inside the compiled step."""
-Leaves = list[Array]
-"""The raw arrays of every variable of (model, optimizer), in ``nnx.to_flat_state`` path order."""
-
-
-def _train_step(graphdef: nnx.GraphDef[Any], paths: Sequence[tuple[Any, ...]], cfg: GRPOConfig,
-                on_trace: Callable[[], None]) -> Callable[[Leaves, Mapping[str, Array]], tuple[Leaves, Array]]:
-    """The pure step: variable arrays and batch in, next variable arrays and a vector of ``_STATS`` out."""
-
-    def step(leaves: Leaves, batch: Mapping[str, Array]) -> tuple[Leaves, Array]:
-        on_trace()  # runs once per trace, i.e. once per compile
-        model, optimizer = nnx.merge(graphdef, nnx.from_flat_state(zip(paths, leaves, strict=True)))
-
-        def loss_fn(m: nnx.Module) -> tuple[Array, dict[str, Array]]:
-            logp, entropy = m(batch)
-            return grpo_loss(logp, entropy, batch, cfg)
-
-        (loss, aux), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-        grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        # The forward pass may advance non-parameter state (RNG counters): keep that either way.
-        current = nnx.state((model, optimizer))
-
-        def apply(operands: tuple[State, State]) -> State:
-            st, g = operands
-            m, opt = nnx.merge(graphdef, st)
-            opt.update(m, g)
-            return nnx.state((m, opt))
-
-        def keep(operands: tuple[State, State]) -> State:
-            return operands[0]
-
-        # The update is computed and applied only when everything is finite.
-        new_state = jax.lax.cond(finite, apply, keep, (current, grads))
-        flat = nnx.to_flat_state(new_state)
-        if [p for p, _ in flat] != list(paths):
-            raise PolicyError("the model's variables changed structure during a training step")
-        stats = jnp.stack([loss, aux["kl"], aux["clip_fraction"], aux["entropy"], grad_norm, aux["ratio"],
-                           aux["units"], finite.astype(loss.dtype)])
-        return [leaf.get_raw_value() if isinstance(leaf, nnx.Variable) else leaf for _, leaf in flat], stats
-
-    return jax.jit(step)
-
-
-class GRPOTrainer:
-    """A model, its AdamW optimiser (after global-norm clipping) and the jitted GRPO step.
-
-    ``step`` updates ``model`` in place. ``compiles`` counts traces of the step, so a caller
-    can check that rounds with the same bucketed shapes reuse one compilation.
-    """
-
-    def __init__(self, model: nnx.Module, config: GRPOConfig | None = None) -> None:
-        self.model = model
-        self.config = config or GRPOConfig()
-        cfg = self.config
-        tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
-                         optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay))
-        self._tx = tx
-        self.optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
-        self.compiles = 0
-        self.rounds = 0
-        # Plain jax.jit over the variables' raw arrays: no graph traversal per step (nnx.jit,
-        # even through nnx.cached_partial, and nnx.state/nnx.update cost more than the step of
-        # a small model). The variables are found once here, so the model's structure is fixed.
-        graphdef, state = nnx.split((self.model, self.optimizer))
-        paths = [path for path, _ in nnx.to_flat_state(state)]
-        found = {path: node for path, node in nnx.iter_graph((self.model, self.optimizer))
-                 if isinstance(node, nnx.Variable)}
-        self._variables = [found[path] for path in paths]
-        self._step = _train_step(graphdef, paths, cfg, self._traced)
-
-    def _traced(self) -> None:
-        self.compiles += 1
-
-    def reset_optimizer(self) -> None:
-        """Start the optimiser afresh (moments and step count at zero) for the current parameters.
-
-        The learner does this before every pass, so a pass depends only on its parent policy and
-        its samples: a learner restarted from a checkpoint trains exactly as one that never
-        stopped. The compiled step is kept: only the values of the optimiser's variables change.
-        """
-        fresh = dict(nnx.to_flat_state(nnx.state(nnx.Optimizer(self.model, self._tx, wrt=nnx.Param))))
-        paths = [path for path, _ in nnx.to_flat_state(nnx.state((self.model, self.optimizer)))]
-        for path, variable in zip(paths, self._variables, strict=True):
-            if path[0] == 1:
-                leaf = fresh[path[1:]]
-                variable.set_raw_value(leaf.get_raw_value() if isinstance(leaf, nnx.Variable) else leaf)
-
-    def _check(self, batch: Mapping[str, Any]) -> None:
-        """Name a missing or misshapen learner array before it reaches the compiled step."""
-        if "mask" not in batch:
-            raise PolicyError("GRPO batch has no 'mask'")
-        shape = np.shape(batch["mask"])
-        needed = ["old_lp", "adv"] + (["ref_lp"] if self.config.kl_beta > 0 else [])
-        for key in needed:
-            if key not in batch:
-                raise PolicyError(f"GRPO batch has no {key!r} (the learner adds old_lp, ref_lp and adv)")
-            want = shape[:1] if key == "adv" else shape
-            if np.shape(batch[key]) != want:
-                raise PolicyError(f"GRPO batch {key!r} has shape {np.shape(batch[key])}, expected {want}")
-
-    def step(self, batch: Mapping[str, Any]) -> StepMetrics:
-        """One optimiser step on ``batch``; ``NonFiniteLoss`` (model unchanged) if loss or gradient is not finite."""
-        self._check(batch)
-        leaves, stats = self._step([v.get_raw_value() for v in self._variables], dict(batch))
-        values = dict(zip(_STATS, np.asarray(stats).tolist(), strict=True))
-        for variable, leaf in zip(self._variables, leaves, strict=True):
-            variable.set_raw_value(leaf)
-        metrics = StepMetrics(loss=values["loss"], kl=values["kl"], clip_fraction=values["clip_fraction"],
-                              entropy=values["entropy"], grad_norm=values["grad_norm"], ratio=values["ratio"],
-                              units=round(values["units"]))
-        if values["finite"] != 1.0:
-            raise NonFiniteLoss(metrics)
-        return metrics
-
-    def train(self, batches: Iterable[Mapping[str, Any]]) -> RoundMetrics:
-        """One ``step`` per batch; the means of their metrics. A ``NonFiniteLoss`` stops the round."""
-        steps = [self.step(b) for b in batches]
-        n = len(steps)
-
-        def mean(name: str) -> float:
-            return math.fsum(getattr(s, name) for s in steps) / n if n else 0.0
-
-        return RoundMetrics(loss=mean("loss"), kl=mean("kl"), clip_fraction=mean("clip_fraction"),
-                            entropy=mean("entropy"), grad_norm=mean("grad_norm"), ratio=mean("ratio"),
-                            steps=n, units=sum(s.units for s in steps))
-
-    def train_round(self, batch: Batch) -> RoundMetrics:
-        """``epochs`` passes over a round's encoded samples in shuffled minibatches of ``minibatch``."""
-        cfg = self.config
-        plan: list[Batch] = []
-        for epoch in range(cfg.epochs):
-            # Seeded by (config seed, round, epoch): reproducible, yet each pass is shuffled anew.
-            seed = int(np.random.SeedSequence([cfg.seed, self.rounds, epoch]).generate_state(1)[0])
-            plan.extend(minibatches(batch, cfg.minibatch, seed=seed))
-        self.rounds += 1
-        return self.train(plan)
+    def loss(self, logp: Array, entropy: Array, batch: Mapping[str, ArrayLike],
+             config: GRPOConfig) -> tuple[Array, dict[str, Array]]:
+        """The clipped surrogate loss."""
+        return clipped_loss(logp, entropy, batch, config)

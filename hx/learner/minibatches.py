@@ -3,7 +3,7 @@
 A sample's row (its policy kind's encoding of the logged request and response) depends on
 the kind and its sizes, never on the parameters, so it is made once and kept for as long as
 its trajectory stays in the replay buffer's window. A pass then arranges the rows into
-minibatches with the behaviour, reference and advantage arrays the GRPO loss reads. Every
+minibatches with the behaviour, reference and advantage arrays the algorithm's loss reads. Every
 shuffle is seeded by (seed, round), so a redone pass sees the same batches in the same order.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from hx.learner.grpo import GRPOConfig
 from hx.learner.policy import Batch, Policy, Sample, Unservable, bucket
+from hx.learner.policy_gradient import PolicyGradientConfig
 
 TurnKey = tuple[int, str, int, int, str]
 """A sample's place: (trace round, task, attempt, step, role)."""
@@ -31,7 +31,7 @@ class Minibatches:
         """Rows of the window's samples (or ``_UNSERVABLE``), kept across passes."""
 
     def of_pass(self, policy: Policy, reference: Policy | None, samples: Sequence[tuple[TurnKey, Sample]],
-                config: GRPOConfig, skipped: Counter[str], through: int) -> list[Batch]:
+                config: PolicyGradientConfig, skipped: Counter[str], through: int) -> list[Batch]:
         """``epochs`` passes of encoded minibatches; samples left out are counted in ``skipped`` by reason."""
         rows: list[tuple[Any, Sample]] = []
         kept: dict[TurnKey, Any] = {}

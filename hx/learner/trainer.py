@@ -1,11 +1,12 @@
-"""The learner: a consumer of a run's trace that trains the policy with GRPO after each round.
+"""The learner: a consumer of a run's trace that trains the policy (GRPO, or another algorithm) after each round.
 
 It never rolls out. It folds the run's trace into the replay-buffer projection, and when
 rounds have finished since its last update it takes one training pass over the buffer:
 trajectories grouped by task across harness and model versions, group-relative
-advantages, clipped steps against the behaviour log-probabilities logged when the
-samples were produced. The new policy goes to the object store and a ``PolicyUpdated``
-record to ``HX_LEARN``; a pass with nothing to learn from is an ``UpdateSkipped``.
+advantages (the learner algorithm's, ``hx.learner.algorithm``), clipped steps against the
+behaviour log-probabilities logged when the samples were produced. The new policy goes to
+the object store and a ``PolicyUpdated`` record to ``HX_LEARN``; a pass with nothing to
+learn from is an ``UpdateSkipped``.
 
 Its position is its last record: the round it trained through, the trace position of that
 round's end and the policy it produced. Killed and restarted, it rebuilds the buffer as of
@@ -17,22 +18,28 @@ policy (the record's message id deduplicates a retried append).
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import jax
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from hx.learner import checkpoint
-from hx.learner.grpo import GRPOConfig, GRPOTrainer, NonFiniteLoss, RoundMetrics
+from hx.learner.algorithm import Algorithm, algorithm_of
+from hx.learner.grpo import GRPOConfig
 from hx.learner.minibatches import Minibatches, TurnKey
 from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable
+from hx.learner.policy_gradient import PolicyGradientConfig
 from hx.learner.provider import remember, resolve_version
+from hx.learner.rloo import RLOOConfig
 from hx.learner.step_groups import turn_advantages
+from hx.learner.train_step import NonFiniteLoss, PolicyTrainer, RoundMetrics
 from projections.buffer_snapshot import BufferState
 from projections.replay_buffer import ReplayBuffer, groups
 from projections.runner import ProjectionRunner
@@ -41,6 +48,10 @@ from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateS
 from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
+
+AlgorithmConfig = GRPOConfig | RLOOConfig
+"""The config of a learner algorithm, tagged with its name (``{"name": "rloo", ...}``)."""
+_CONFIGS: tuple[type[PolicyGradientConfig], ...] = get_args(AlgorithmConfig) or (AlgorithmConfig,)
 
 
 class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -63,9 +74,18 @@ class LearnerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Weight of step-level advantages (``hx.learner.step_groups``) added to each turn's; 0 turns them off."""
     step_discount: float = 0.95
     """Discount per remaining turn of a step-level return."""
-    grpo: GRPOConfig = GRPOConfig()
+    algorithm: AlgorithmConfig = GRPOConfig()
+    """The learner algorithm (its config's tag) and its hyper-parameters."""
+    grpo: GRPOConfig | UnsetType = UNSET
+    """Read only: settings recorded before the learner named its algorithm held GRPO's config here."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.grpo, UnsetType):  # the old shape: it was GRPO, with this config
+            msgspec.structs.force_setattr(self, "algorithm", self.grpo)
+            msgspec.structs.force_setattr(self, "grpo", UNSET)
+        if not isinstance(self.algorithm, _CONFIGS):  # recorded settings must read back
+            raise PolicyError(f"LearnerSettings.algorithm: {type(self.algorithm).__name__} is not one of "
+                              f"{', '.join(t.__name__ for t in _CONFIGS)} (hx.learner.trainer.AlgorithmConfig)")
         # NaN fails both checks: isfinite, and every comparison
         if not (math.isfinite(self.step_weight) and self.step_weight >= 0):
             raise PolicyError(f"LearnerSettings.step_weight must be >= 0 and finite, got {self.step_weight!r}")
@@ -112,7 +132,8 @@ class Learner:
         self.position = LearnerPosition()
         self.policy: Policy | None = None
         self.reference: Policy | None = None
-        self.trainer: GRPOTrainer | None = None
+        self.trainer: PolicyTrainer | None = None
+        self.algorithm: Algorithm[Any] = algorithm_of(self.settings.algorithm)
         self._behaviour: dict[str, Policy] = {}
         self.minibatches = Minibatches()
 
@@ -140,9 +161,9 @@ class Learner:
             pos.initial = pos.version = await self._initialise()
         self.position = pos
         self.policy = await checkpoint.fetch(self.log, pos.version)
-        if self.settings.grpo.kl_beta > 0:
+        if self.settings.algorithm.needs_reference:
             self.reference = await checkpoint.fetch(self.log, pos.initial)
-        self.trainer = GRPOTrainer(self.policy.model, self.settings.grpo)
+        self.trainer = PolicyTrainer(self.policy.model, self.settings.algorithm, self.algorithm)
         await self.buffer.load()
         if self.buffer.position[0] != pos.seq:  # the buffer's checkpoint is not this learner's: fold to its position
             await self.buffer.reset()
@@ -168,7 +189,7 @@ class Learner:
             policy = checkpoint.create(s.kind, s.config, seed=s.init_seed)
         ver, _ = await checkpoint.store(self.log, policy)
         await self._append(PolicyInitialised(run_id=self.run_id, learner=s.learner, version=ver, kind=policy.kind,
-                                             config=msgspec.to_builtins(s)), "init")
+                                             algorithm=self.algorithm.name, config=msgspec.to_builtins(s)), "init")
         return ver
 
     async def _append(self, record: PolicyInitialised | PolicyUpdated | UpdateSkipped | PolicyGated,
@@ -211,7 +232,7 @@ class Learner:
         # loop keeps serving the NATS connection meanwhile (its pings, and the server's: a client that
         # misses two is dropped as stale). Nothing else touches the policy until the pass returns.
         batches = await asyncio.to_thread(self.minibatches.of_pass, self.policy, self.reference, samples,
-                                          self.settings.grpo, skipped, last)
+                                          self.settings.algorithm, skipped, last)
         parent, seq = self.position.version, self.buffer.position[0]
         common: dict[str, Any] = {"run_id": self.run_id, "learner": self.settings.learner, "through_round": last,
                                   "trace_seq": seq, "rounds": tuple(state.rounds), "parent": parent}
@@ -280,7 +301,7 @@ class Learner:
 
     async def _restore(self, version: str) -> None:
         self.policy = await checkpoint.fetch(self.log, version)
-        self.trainer = GRPOTrainer(self.policy.model, self.settings.grpo)
+        self.trainer = PolicyTrainer(self.policy.model, self.settings.algorithm, self.algorithm)
 
     # --- samples --------------------------------------------------------------------------------
 
@@ -295,7 +316,8 @@ class Learner:
             if fine:
                 by_group[task] = fine
         s = self.settings
-        advantages = turn_advantages(by_group, s.step_weight, s.step_discount, s.grpo.adv_eps)
+        rule = functools.partial(self.algorithm.advantages, config=s.algorithm)
+        advantages = turn_advantages(by_group, s.step_weight, s.step_discount, rule)
         used = [traj for task, trajs in by_group.items() if task in advantages for traj in trajs]
         mean_turns = sum(len(t.turns) for t in used) / max(len(used), 1)
         out: list[tuple[TurnKey, Sample]] = []

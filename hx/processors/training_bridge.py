@@ -18,17 +18,21 @@ replay-buffer projection folds:
 
 ``group_advantages`` then computes the paper's group-relative advantage: trajectories
 are grouped by task across harness versions, and each turn of a trajectory gets
-``(r - mean) / (std + eps)`` of its group.
+``(r - mean) / (std + eps)`` of its group (``standardised``, the one place that arithmetic
+lives: the learner's GRPO uses it too). A group whose rewards are all equal carries no
+signal: its advantages are 0; whether to drop it is the caller's choice.
 
 >>> group_advantages([])
 []
+>>> standardised([1.0, 0.0]), standardised([0.1, 0.1, 0.1])
+([0.999998000004, -0.999998000004], [0.0, 0.0, 0.0])
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -131,6 +135,21 @@ def trajectory_key(record: RLRecord) -> tuple[str, int, str, int, str]:
     return (record.run_id, record.round, record.task_id, record.attempt, record.harness_digest)
 
 
+def has_spread(rewards: Sequence[float]) -> bool:
+    """Whether a group's rewards tell its members apart: two or more, not all equal."""
+    # Exact test: the std of equal floats can come out as a tiny non-zero number.
+    return len(rewards) >= 2 and max(rewards) != min(rewards)
+
+
+def standardised(rewards: Sequence[float], eps: float = 1e-6) -> list[float]:
+    """A group's rewards as ``(r - mean) / (std + eps)`` (population std); all 0 for a group without spread."""
+    if not has_spread(rewards):
+        return [0.0] * len(rewards)
+    mean = math.fsum(rewards) / len(rewards)
+    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / len(rewards))
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
 def group_advantages(records: Iterable[RLRecord], *, eps: float = 1e-6) -> list[RLRecord]:
     """``records`` with ``advantage`` set: each trajectory's reward standardised within its group.
 
@@ -141,15 +160,8 @@ def group_advantages(records: Iterable[RLRecord], *, eps: float = 1e-6) -> list[
     rewards: dict[str, dict[tuple[str, int, str, int, str], float]] = defaultdict(dict)
     for r in records:
         rewards[r.group][trajectory_key(r)] = r.reward
-    stats: dict[str, tuple[float, float]] = {}
+    advantage: dict[tuple[str, tuple[str, int, str, int, str]], float] = {}
     for group, by_traj in rewards.items():
-        values = list(by_traj.values())
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-        stats[group] = (mean, std)
-    out = []
-    for r in records:
-        mean, std = stats[r.group]
-        advantage = 0.0 if std == 0.0 else (r.reward - mean) / (std + eps)
-        out.append(msgspec.structs.replace(r, advantage=advantage))
-    return out
+        for key, value in zip(by_traj, standardised(list(by_traj.values()), eps), strict=True):
+            advantage[group, key] = value
+    return [msgspec.structs.replace(r, advantage=advantage[r.group, trajectory_key(r)]) for r in records]
