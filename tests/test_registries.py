@@ -81,7 +81,7 @@ def test_every_declared_benchmark_builds_a_benchmark_of_its_name() -> None:
 
 def test_every_declared_projection_is_a_built_in_projection_of_its_name() -> None:
     assert declared("hx.projections") == sorted(BUILTINS) == ["edit_ledger", "otel", "task_history", "trace_store"]
-    assert sorted(PROJECTIONS) == ["edit_ledger", "task_history", "trace_store"] and EXPORTS == {"otel"}
+    assert sorted(PROJECTIONS) == ["edit_ledger", "task_history", "trace_store"] and {"otel"} == EXPORTS
     for name in declared("hx.projections"):
         cls = BUILTINS[name]
         assert issubclass(cls, Projection) and cls.name == name
@@ -165,7 +165,7 @@ async def test_an_installed_provider_is_found_by_its_scheme_and_a_broken_one_is_
     with pytest.raises(ModelSpecError, match=r"unknown model provider 'nope' in 'nope:m'; known: anthropic, broken, "
                                              r"echo, fork, missing, openai, policy, random, replay, script$"):
         make_provider("nope:m")
-    with pytest.raises(ModelSpecError, match="'broken'.* is not a Provider subclass with scheme 'broken'"):
+    with pytest.raises(ModelSpecError, match=r"'broken'.* is not a Provider subclass with scheme 'broken'"):
         make_provider("broken:m")
     with pytest.raises(ModelSpecError, match=r"model provider 'missing' \(hxplug_missing:Nothing\): cannot be loaded: "
                                              "ModuleNotFoundError"):
@@ -179,7 +179,7 @@ def test_an_installed_benchmark_and_evolver_are_found_by_name() -> None:
     with pytest.raises(BenchmarkError, match=r"benchmark 'missing' \(hxplug_missing:Nothing\): cannot be loaded"):
         benchmark("missing")
     assert "plug" in EVOLVERS.names() and make_evolver("plug", meta=None, store=None).name == "plug"
-    with pytest.raises(EvolverError, match="evolver 'broken': .* is not an Evolver subclass"):
+    with pytest.raises(EvolverError, match=r"evolver 'broken': .* is not an Evolver subclass"):
         make_evolver("broken", meta=None, store=None)
 
 
@@ -191,7 +191,8 @@ HEAVY = ("jax", "flax", "opentelemetry.sdk", "opentelemetry.exporter", "projecti
 
 def loaded_after(code: str) -> list[str]:
     """Which of the heavy modules a fresh interpreter has imported after running ``code``."""
-    probe = f"{textwrap.dedent(code)}\nimport json, sys\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    probe = (f"{textwrap.dedent(code)}\nimport json, sys\n"
+             f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     found: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
     return found
