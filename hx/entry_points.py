@@ -69,7 +69,7 @@ class Registry(Generic[T]):
             raise UnknownName(f"unknown {self.kind} {name!r}; known: {', '.join(self.names()) or 'none'}")
         try:
             obj: Any = point.load()
-        except Exception as exc:  # noqa: BLE001 - any import failure of a plugin is reported as its own
+        except Exception as exc:  # any import failure of a plugin is reported as its own (re-raised: not BLE001)
             raise LoadFailed(f"{self.kind} {name!r} ({point.value}): cannot be loaded: "
                              f"{type(exc).__name__}: {exc}") from exc
         self._loaded[name] = obj
