@@ -6,7 +6,8 @@ It is found one of three ways:
 
 - an entry point in the group ``hx.projections`` of any installed distribution
   (``[project.entry-points."hx.projections"] tool_usage = "mypkg.usage:ToolUsage"``);
-  ``hx projections list`` shows these next to the built-in ones;
+  ``hx projections list`` shows these next to the built-in ones (hx's own entry points,
+  the ones into the ``projections`` package);
 - ``module:Class`` on the command line, the module importable from ``sys.path``;
 - ``path/to/file.py:Class``, a module loaded from its file.
 
@@ -114,8 +115,23 @@ def load(spec: str, reserved: Mapping[str, type[Projection[Any]]], label: str | 
     return check(label, obj, reserved)
 
 
+BUILTIN_PREFIX = "projections."
+"""A built-in projection is an entry point of this group into this package; any other is a plugin."""
+
+
+def is_builtin(ep: EntryPoint) -> bool:
+    """Whether ``ep`` is one of hx's own projections (its value names a module of ``projections``)."""
+    return ep.value.startswith(BUILTIN_PREFIX)
+
+
+def builtin_points() -> dict[str, EntryPoint]:
+    """hx's own projections' entry points by name (nothing imported)."""
+    return {ep.name: ep for ep in entry_points(group=GROUP) if is_builtin(ep)}
+
+
 def _entry_points() -> list[EntryPoint]:
-    return sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
+    """The plugins' entry points, by name."""
+    return sorted((ep for ep in entry_points(group=GROUP) if not is_builtin(ep)), key=lambda ep: ep.name)
 
 
 def discovered(reserved: Mapping[str, type[Projection[Any]]]) -> tuple[dict[str, type[Projection[Any]]],
@@ -125,7 +141,7 @@ def discovered(reserved: Mapping[str, type[Projection[Any]]]) -> tuple[dict[str,
     broken: dict[str, str] = {}
     for ep in _entry_points():
         try:
-            cls = _from_entry_point(ep, reserved)
+            cls = from_entry_point(ep, reserved)
         except PluginError as exc:
             broken[ep.name] = str(exc)
             continue
@@ -133,7 +149,8 @@ def discovered(reserved: Mapping[str, type[Projection[Any]]]) -> tuple[dict[str,
     return found, broken
 
 
-def _from_entry_point(ep: EntryPoint, reserved: Mapping[str, type[Projection[Any]]]) -> type[Projection[Any]]:
+def from_entry_point(ep: EntryPoint, reserved: Mapping[str, type[Projection[Any]]]) -> type[Projection[Any]]:
+    """The projection class ``ep`` names, checked (its name must be the entry point's); ``PluginError`` says why not."""
     cls = load(ep.value, reserved, label=f"{ep.name} (entry point {ep.value})")
     if cls.name != ep.name:
         raise PluginError(f"projection {ep.name!r} (entry point {ep.value}): the class's name is {cls.name!r}; "
@@ -145,5 +162,5 @@ def entry_point(name: str, reserved: Mapping[str, type[Projection[Any]]]) -> typ
     """The installed plugin registered under ``name`` (None: no entry point has that name)."""
     for ep in _entry_points():
         if ep.name == name:
-            return _from_entry_point(ep, reserved)
+            return from_entry_point(ep, reserved)
     return None

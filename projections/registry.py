@@ -2,32 +2,57 @@
 
 ``projection(name)`` builds a built-in by name, an installed plugin by its entry-point name
 (group ``hx.projections``), or any projection class named ``module:Class`` or
-``path/to/file.py:Class`` (``projections.plugins``).
+``path/to/file.py:Class`` (``projections.plugins``). The built-ins are entry points of the
+same group, into this package, imported when first used: ``otel`` loads OpenTelemetry's
+SDK, which a command that never exports spans should not pay for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from importlib.metadata import EntryPoint
 from typing import Any
 
 from projections import plugins
 from projections.base import Projection
 from projections.failures import PROJECTION_FAILURES, raised
-from projections.ledger_reader import EditLedger
-from projections.otel_spans import OtelSpans
-from projections.task_history import TaskHistory
-from projections.trace_store import TraceStore
 
-PROJECTIONS: dict[str, type[Projection[Any]]] = {
-    TraceStore.name: TraceStore,
-    TaskHistory.name: TaskHistory,
-    EditLedger.name: EditLedger,
-}
-"""The built-in read models."""
-EXPORTS: dict[str, type[Projection[Any]]] = {
-    OtelSpans.name: OtelSpans,
-}
+
+class Builtins(Mapping[str, type[Projection[Any]]]):
+    """hx's own projections by name, each class imported when first looked up; ``exclude`` leaves some out."""
+
+    def __init__(self, exclude: frozenset[str] = frozenset()) -> None:
+        self._exclude = exclude
+        self._points: dict[str, EntryPoint] | None = None
+        self._loaded: dict[str, type[Projection[Any]]] = {}
+
+    def _known(self) -> dict[str, EntryPoint]:
+        if self._points is None:  # hx's own entry points do not change while it runs: read them once
+            self._points = {n: ep for n, ep in plugins.builtin_points().items() if n not in self._exclude}
+        return self._points
+
+    def __getitem__(self, name: str) -> type[Projection[Any]]:
+        cls = self._loaded.get(name)
+        if cls is None:
+            point = self._known()[name]  # KeyError: not a built-in
+            cls = self._loaded[name] = plugins.from_entry_point(point, {})
+        return cls
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._known()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._known()))
+
+    def __len__(self) -> int:
+        return len(self._known())
+
+
+EXPORTS: frozenset[str] = frozenset({"otel"})
 """Built-in projections that feed something outside hx (``otel``: spans to an OTLP endpoint)."""
-BUILTINS: dict[str, type[Projection[Any]]] = {**PROJECTIONS, **EXPORTS}
+PROJECTIONS = Builtins(exclude=EXPORTS)
+"""The built-in read models."""
+BUILTINS = Builtins()
 """Every built-in projection; a plugin cannot take one of these names."""
 
 
@@ -38,7 +63,7 @@ def projection_class(name: str) -> type[Projection[Any]]:
     """
     if plugins.is_spec(name):
         return plugins.load(name, BUILTINS)
-    cls = BUILTINS.get(name) or plugins.entry_point(name, BUILTINS)
+    cls = BUILTINS[name] if name in BUILTINS else plugins.entry_point(name, BUILTINS)
     if cls is None:
         installed, _ = plugins.discovered(BUILTINS)
         known = ", ".join(sorted({*BUILTINS, *installed}))

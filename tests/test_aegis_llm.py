@@ -307,7 +307,7 @@ async def test_revise_asks_once_and_every_call_is_on_the_log(conn: Connection, m
 
 
 def test_the_registry_names_the_evolvers() -> None:
-    assert EVOLVERS == ("offline", "llm", "frozen")
+    assert EVOLVERS.names() == ("frozen", "llm", "offline")
     assert make_evolver("offline", meta=None, store=None).name == "offline"
     assert make_evolver("frozen", meta=None, store=None).name == "frozen"
     with pytest.raises(EvolverError, match="unknown evolver 'x'; known: frozen, llm, offline"):

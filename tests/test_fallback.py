@@ -62,7 +62,7 @@ class FlakyProvider(Provider):
 @pytest.fixture(autouse=True)
 def _register_flakyprovider(monkeypatch: pytest.MonkeyPatch) -> None:
     """Register the test provider for this module's tests only: the provider registry is global."""
-    monkeypatch.setitem(providers_base._PROVIDERS, FlakyProvider.scheme, FlakyProvider)
+    monkeypatch.setitem(providers_base.PROVIDERS._added, FlakyProvider.scheme, FlakyProvider)
 
 
 MESSAGES = (Message(role="user", content="hello"),)

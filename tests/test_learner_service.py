@@ -46,6 +46,7 @@ from hx.learner.policy import PolicyError
 from hx.learner.provider import PolicyProvider
 from hx.learner.trainer import Learner, LearnerSettings, learn_subject
 from hx.runtime.models import ModelConfig
+from hx.runtime.providers.resources import ProviderResources
 from projections.replay_buffer import trajectories
 from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateSkipped
@@ -420,7 +421,8 @@ async def test_the_provider_serves_the_learners_own_copy_of_a_new_policy(log: Ev
     assert isinstance(record, PolicyUpdated)
     blobs = await log.js.object_store(BLOB_STORE)
     await blobs.delete(f"policy/{record.version}")  # only the learner's in-process copy is left
-    policy, version = await PolicyProvider(record.version, log=log).policy()
+    lent = ProviderResources(learner.store)  # as a co-evolution lends its store to its rollouts' providers
+    policy, version = await PolicyProvider(record.version, log=log, resources=lent).policy()
     assert version == record.version
     assert checkpoint.files_of(policy) == checkpoint.files_of(learner.policy)  # type: ignore[arg-type]
 

@@ -463,7 +463,7 @@ class DownProvider(Provider):
 @pytest.fixture(autouse=True)
 def _register_downprovider(monkeypatch: pytest.MonkeyPatch) -> None:
     """Register the test provider for this module's tests only: the provider registry is global."""
-    monkeypatch.setitem(providers_base._PROVIDERS, DownProvider.scheme, DownProvider)
+    monkeypatch.setitem(providers_base.PROVIDERS._added, DownProvider.scheme, DownProvider)
 
 
 async def test_provider_down_is_an_infra_failure_with_every_try_logged(nats_url: str) -> None:

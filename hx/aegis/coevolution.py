@@ -46,6 +46,7 @@ from hx.aegis.resting import resting
 from hx.aegis.settings import CoevolveMode
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials
+from hx.learner.store import PolicyStore
 from hx.learner.trainer import Learner, LearnerSettings
 from projections.ledger import RunLedger
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
@@ -86,7 +87,10 @@ class Coevolution:
     def of(cls, ledger: Ledger, trials: Trials, settings: CoevolveSettings) -> Coevolution:
         """The co-evolution of a run, with the budget its decided rounds spent (a resumed run's)."""
         spent = sum(d.metrics.rollouts for d in RunLedger.of(ledger.records).decisions.values())
-        return cls(Learner(trials.log, ledger.run_id, settings.learner), trials, settings, ledger, rollouts=spent)
+        # one store for both sides: the policy a pass files is the one the next rollouts' providers serve
+        store = trials.resources.setdefault(PolicyStore, PolicyStore)
+        learner = Learner(trials.log, ledger.run_id, settings.learner, store=store)
+        return cls(learner, trials, settings, ledger, rollouts=spent)
 
     @property
     def version(self) -> str:

@@ -28,6 +28,7 @@ from hx.gate.rule import Fresh, Tries
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
+from hx.runtime.providers.resources import ProviderResources
 from schemas.envelope import Record
 from schemas.landscape import TaskDigest
 from schemas.ledger import GameScore
@@ -63,6 +64,8 @@ class Trials:
     """Variant -> its digests of the current round (the gate's reference)."""
     main_rounds: dict[str, int] = field(default_factory=dict)
     """Variant -> the trace round of its main rollout in the current round."""
+    resources: ProviderResources = field(default_factory=ProviderResources)
+    """Lent to the providers of every rollout of the run (co-evolution's policy store, shared with its learner)."""
 
     async def run(self, harness: HarnessConfig, tasks: Sequence[str], *, role: SplitRole, label: RoundLabel,
                   models: ModelConfig | None = None,
@@ -72,7 +75,7 @@ class Trials:
         self.next_round += 1
         rollout = Rollout(self.benchmarks, models or self.models, harness, log=self.log,
                           settings=settings or self.settings, splits=self.splits,
-                          harness_source=label.variant or "evolve")
+                          harness_source=label.variant or "evolve", resources=self.resources)
         try:
             outcome = await rollout.run_round(self.run_id, trace_round, tasks, role=role, label=label,
                                               progress=self.on_attempt)

@@ -57,7 +57,7 @@ DEFAULT_MODEL = "random:"
 @click.option("--strategy", type=click.Choice(STRATEGIES), default="ensemble", show_default=True)
 @click.option("--variants", "max_variants", type=click.IntRange(min=1, max=16), default=3, show_default=True,
               help="Most variants the ensemble keeps.")
-@click.option("--evolver", type=click.Choice(EVOLVERS), default="offline", show_default=True)
+@click.option("--evolver", type=click.Choice(EVOLVERS.names()), default="offline", show_default=True)
 @click.option("--meta-model", metavar="SPEC", default="",
               help="Model of the LLM stages (evolver, critic, digester prose), e.g. anthropic:claude-sonnet-4-6. "
                    "With --resume: the recorded spec again, with the credentials the record masks.")

@@ -21,7 +21,6 @@ from hx.replay.timetravel import AsOf, parse_as_of, run_marks
 from hx.replay.trace_rounds import TimeTravelError
 from projections.base import Projection
 from projections.failures import PROJECTION_FAILURES, ProjectionFailed, call_failed
-from projections.otel_spans import ExportFailed, OtelSpans, SpanExportRunner, otlp_exporter
 from projections.registry import BUILTINS, PROJECTIONS, available
 from projections.runner import START, ProjectionRunner
 from schemas.errors import HxError
@@ -137,6 +136,8 @@ def _summary(runner: ProjectionRunner[Any], elapsed: float, applied: int) -> Non
 @pass_app
 def rebuild(app: App, name: str, as_of: str | None, run_id: str | None) -> None:
     """Forget the checkpoint and fold the whole log again (--as-of: the state at a point, checkpoint untouched)."""
+    from projections.otel_spans import OtelSpans  # here: it loads OpenTelemetry's SDK
+
     if isinstance(named_projection(name), OtelSpans) and as_of is None:
         # A rebuild without exporting would checkpoint past every span: the next export would skip them all.
         raise HxError("otel exports spans as it folds: "
@@ -197,6 +198,8 @@ def run_projection(app: App, name: str, once: bool, from_start: bool, from_seq: 
     ``module:Class`` or ``path/to/file.py:Class``. ``otel`` exports every finished attempt
     as an OpenTelemetry trace to ``--otlp-endpoint``.
     """
+    from projections.otel_spans import OtelSpans  # here: it loads OpenTelemetry's SDK
+
     if from_start and from_seq is not None:
         raise click.UsageError("--from-start and --from are exclusive")
     proj = named_projection(name)
@@ -211,6 +214,8 @@ def run_projection(app: App, name: str, once: bool, from_start: bool, from_seq: 
 def _runner(event_log: EventLog, proj: Projection[Any], checkpoint_every: int,
             otlp: tuple[str, float] | None) -> ProjectionRunner[Any]:
     """A plain runner, or for ``otel`` one that exports each finished attempt's spans."""
+    from projections.otel_spans import OtelSpans, SpanExportRunner, otlp_exporter  # here: it loads OpenTelemetry's SDK
+
     if otlp is not None and isinstance(proj, OtelSpans):
         endpoint, timeout = otlp
         return SpanExportRunner(event_log, proj, otlp_exporter(endpoint, timeout), target=endpoint,
@@ -261,6 +266,8 @@ async def _run(app: App, name: str, follow: bool, checkpoint_every: int, *, from
 
 async def _follow(runner: ProjectionRunner[Any], name: str) -> None:
     """Fold new events as they arrive until stopped; report where it stopped (not after a failed export)."""
+    from projections.otel_spans import ExportFailed, SpanExportRunner  # here: it loads OpenTelemetry's SDK
+
     if isinstance(runner, SpanExportRunner):
         runner.live = True  # following: each finished attempt goes out at once
     click.echo(f"{name}: following the log (Ctrl-C stops; --once builds to the end and stops)", err=True)
@@ -297,6 +304,9 @@ def _view(runner: ProjectionRunner[Any]) -> None:
 
 
 def _exported(runner: ProjectionRunner[Any], err: bool = False) -> None:
+    """Report what an export runner sent (nothing for another runner)."""
+    from projections.otel_spans import SpanExportRunner  # here: it loads OpenTelemetry's SDK
+
     if isinstance(runner, SpanExportRunner):
         click.echo(f"  exported  {runner.exported_spans} spans of {runner.exported_traces} attempt traces "
                    f"to {scrub(runner.target)}; {len(runner.state.open)} attempt(s) still open", err=err)

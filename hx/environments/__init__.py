@@ -1,3 +1,4 @@
-"""Benchmarks: task ids, adapters (TextWorldExpress, ScienceWorld, GAIA-style QA) and rollouts."""
+"""Benchmarks: task ids, adapters (TextWorldExpress, ScienceWorld, GAIA-style QA) and rollouts.
 
-from hx.environments import gaia, sciworld, twx  # noqa: F401 - each registers its benchmark on import
+The adapters are entry points (``hx.benchmarks``), imported when a benchmark is first named.
+"""

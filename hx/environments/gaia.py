@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from hx.environments.gaia_scorer import gaia_match
-from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId
 from hx.runtime.task import Task, Tool
 from schemas.event import Event
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema
@@ -224,5 +224,3 @@ class GaiaBenchmark(Benchmark):
             raise BenchmarkError(f"task {str(task_id)!r}: {task_id.game} of {task_id.split} has {len(rows)} questions")
         return GaiaTask(task_id, rows[task_id.seed])
 
-
-register_benchmark("gaia", GaiaBenchmark)

@@ -48,6 +48,6 @@ async def evaluate_heldout(rollout: Rollout, run_id: str, round: int, splits: Sp
 
     checked = Rollout(list(rollout.benchmarks.values()), rollout.models, rollout.harness, log=rollout.log,
                       settings=rollout.settings, writer=rollout.writer, splits=splits,
-                      harness_source=rollout.harness_source)
+                      harness_source=rollout.harness_source, resources=rollout.resources)
     outcome = await checked.run_round(run_id, round, splits.heldout, role="heldout", progress=tick)
     return HeldoutScore(run_id, round, splits.heldout_digest, outcome.report.overall, outcome.report.games)

@@ -5,6 +5,10 @@ A task id names benchmark, game (or task), split and seed: ``twx:coin:dev:17``,
 as long as they start with the benchmark name. A ``Benchmark`` lists task ids of a split
 and builds a fresh ``Task`` (a new episode, no state shared with another attempt) for
 one id; environments that are expensive to start (JVMs) are pooled per worker.
+
+The benchmarks are the ``hx.benchmarks`` entry points (hx's own are declared in
+``pyproject.toml``), imported when first named: listing them loads no adapter, so no
+game engine, and ``register_benchmark`` adds one for this process (a test's, a plugin's).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hx.entry_points import LoadFailed, Registry, UnknownName
 from hx.runtime.task import Task
 from schemas.errors import HxError
 
@@ -89,22 +94,26 @@ class Benchmark(ABC):
             raise BenchmarkError(f"task {str(task_id)!r} is not a {self.name} task")
 
 
-_BENCHMARKS: dict[str, Callable[[], Benchmark]] = {}
+BENCHMARKS: Registry[Callable[[], Benchmark]] = Registry("hx.benchmarks", "benchmark")
+"""Benchmark factories (usually the class) by task-id prefix."""
 
 
 def register_benchmark(name: str, factory: Callable[[], Benchmark]) -> None:
-    """Make a benchmark available under its task-id prefix."""
-    _BENCHMARKS[name] = factory
+    """Make a benchmark available under its task-id prefix in this process."""
+    BENCHMARKS.add(name, factory)
 
 
 def benchmark(name: str) -> Benchmark:
     """Build the named benchmark; unknown names list the known ones."""
-    factory = _BENCHMARKS.get(name)
-    if factory is None:
-        raise BenchmarkError(f"unknown benchmark {name!r}; known: {', '.join(sorted(_BENCHMARKS)) or 'none'}")
+    try:
+        factory = BENCHMARKS.load(name)
+    except UnknownName:
+        raise BenchmarkError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS.names()) or 'none'}") from None
+    except LoadFailed as exc:
+        raise BenchmarkError(str(exc)) from None
     return factory()
 
 
 def benchmarks() -> tuple[str, ...]:
     """Names of the registered benchmarks."""
-    return tuple(sorted(_BENCHMARKS))
+    return BENCHMARKS.names()

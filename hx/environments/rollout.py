@@ -36,6 +36,7 @@ from hx.harness.config import HarnessConfig
 from hx.runtime.cancel import cancel_all
 from hx.runtime.loop import AttemptResult, RunLoop
 from hx.runtime.models import ModelConfig
+from hx.runtime.providers.resources import ProviderResources
 from hx.runtime.task import Task, Tool
 from hx.runtime.tracer import TraceWriter
 from projections.runner import ProjectionRunner
@@ -175,7 +176,8 @@ class Rollout:
 
     def __init__(self, benchmarks: Benchmark | Iterable[Benchmark], models: ModelConfig, harness: HarnessConfig, *,
                  log: EventLog, settings: RolloutSettings | None = None, writer: TraceWriter | None = None,
-                 splits: Splits | None = None, harness_source: str = "") -> None:
+                 splits: Splits | None = None, harness_source: str = "",
+                 resources: ProviderResources | None = None) -> None:
         benches = [benchmarks] if isinstance(benchmarks, Benchmark) else list(benchmarks)
         self.benchmarks: dict[str, Benchmark] = {b.name: b for b in benches}
         self.models = models
@@ -185,7 +187,9 @@ class Rollout:
         self.settings = settings or RolloutSettings()
         self.writer = writer
         self.splits = splits
-        self.loop = RunLoop(models, self.harness, log=log, writer=writer)
+        self.loop = RunLoop(models, self.harness, log=log, writer=writer, resources=resources)
+        self.resources = self.loop.resources
+        """Lent to the providers of every attempt (a co-evolution's policy store)."""
 
     # --- run brackets -----------------------------------------------------------------------
 

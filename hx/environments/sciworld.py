@@ -24,7 +24,7 @@ import scienceworld.scienceworld
 from scienceworld import ScienceWorldEnv
 
 from hx.environments.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
-from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
 
@@ -252,5 +252,3 @@ class SciWorldBenchmark(Benchmark):
             raise BenchmarkError(f"sciworld: split {split!r} is not one of {', '.join(SPLITS)}")
         return counts[SPLITS.index(split)]
 
-
-register_benchmark("sciworld", SciWorldBenchmark)

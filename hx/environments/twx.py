@@ -20,7 +20,7 @@ import textworld_express.textworld_express
 from textworld_express import TextWorldExpressEnv
 
 from hx.environments.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
-from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
 
@@ -164,5 +164,3 @@ class TextWorldExpressBenchmark(Benchmark):
             raise BenchmarkError(f"twx has no game {game!r}; games: {', '.join(GAME_OPTIONS)}")
         return game
 
-
-register_benchmark("twx", TextWorldExpressBenchmark)

@@ -11,15 +11,16 @@ Specs:
 Every response names the checkpoint version that produced it and carries the log-probability
 of every unit it produced. Sampling is the default (temperature 1; a memoryless greedy policy
 loops in these games) and is seeded from (seed, task, attempt, step, role) like ``random:``,
-so a replay of an attempt is the same episode. Loaded policies are kept per process by
-version: a run's attempts share one copy, and a copy is never trained in place.
+so a replay of an attempt is the same episode. Loaded policies are kept in the ``PolicyStore``
+the command lends its providers (``ProviderResources``; one of their own when it lends none):
+the attempts given one store share one copy, the trainer files its new policies there, and a
+copy is never trained in place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,13 +28,13 @@ from nats.js.errors import NotFoundError
 
 from hx.learner import checkpoint
 from hx.learner.policy import KINDS, Policy, PolicyError
+from hx.learner.store import PolicyStore
 from hx.runtime.providers.base import (
     CallContext,
     Completion,
     ModelSpecError,
     Provider,
     ProviderError,
-    register_provider,
 )
 from hx.runtime.providers.random import seed_for
 from schemas.messages import Message, ToolSchema, Usage
@@ -41,16 +42,6 @@ from streams.log import EventLog
 from streams.topology import BLOB_STORE
 
 _HEX = re.compile(r"[0-9a-f]{8,64}")
-_LOADED: OrderedDict[str, tuple[Policy, str]] = OrderedDict()
-_MAX_LOADED = 4
-
-
-def remember(key: str, policy: Policy, version: str) -> None:
-    """Keep a loaded policy for this process under ``key`` (a spec's model part), evicting the oldest."""
-    _LOADED[key] = (policy, version)
-    _LOADED.move_to_end(key)
-    while len(_LOADED) > _MAX_LOADED:
-        _LOADED.popitem(last=False)
 
 
 async def resolve_version(log: EventLog, prefix: str) -> str:
@@ -69,11 +60,15 @@ async def resolve_version(log: EventLog, prefix: str) -> str:
     return found[0]
 
 
-@register_provider
 class PolicyProvider(Provider):
     """Answers with a trainable policy: a fresh one of a kind, a stored checkpoint, or a checkpoint directory."""
 
     scheme = "policy"
+
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.store = self.resources.setdefault(PolicyStore, PolicyStore)
+        """Where loaded policies are kept: the command's store, shared with its trainer, when it lends one."""
 
     @classmethod
     def check(cls, model: str, options: Mapping[str, Any]) -> None:
@@ -91,16 +86,16 @@ class PolicyProvider(Provider):
         return self.model
 
     async def policy(self) -> tuple[Policy, str]:
-        """The policy this spec names and its version, loaded once per process."""
+        """The policy this spec names and its version, loaded once per store."""
         self.check(self.model, self.options)
         key = self._key()
-        if key not in _LOADED and _HEX.fullmatch(self.model) and len(self.model) < 64:
+        if key not in self.store and _HEX.fullmatch(self.model) and len(self.model) < 64:
             if self.log is None:
                 raise PolicyError(f"policy:{self.model}: loading a stored checkpoint needs the log")
             key = await resolve_version(self.log, self.model)
-        if key in _LOADED:
-            _LOADED.move_to_end(key)
-            return _LOADED[key]
+        kept = self.store.get(key)
+        if kept is not None:
+            return kept
         if self.model in KINDS:
             pol = checkpoint.create(self.model, self.options.get("config"), seed=int(self.options.get("init_seed", 0)))
             ver = checkpoint.version(pol)
@@ -112,9 +107,9 @@ class PolicyProvider(Provider):
                 raise PolicyError(f"policy:{self.model}: loading a stored checkpoint needs the log")
             ver = key
             pol = await checkpoint.fetch(self.log, ver)
-        remember(key, pol, ver)
+        self.store.put(key, pol, ver)
         if self.model != key:  # a prefix: the next call of this spec must not list the object store again
-            remember(self.model, pol, ver)
+            self.store.put(self.model, pol, ver)
         return pol, ver
 
     async def complete(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],

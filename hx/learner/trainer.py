@@ -36,9 +36,10 @@ from hx.learner.grpo import GRPOConfig
 from hx.learner.minibatches import Minibatches, TurnKey
 from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable
 from hx.learner.policy_gradient import PolicyGradientConfig
-from hx.learner.provider import remember, resolve_version
+from hx.learner.provider import resolve_version
 from hx.learner.rloo import RLOOConfig
 from hx.learner.step_groups import turn_advantages
+from hx.learner.store import PolicyStore
 from hx.learner.train_step import NonFiniteLoss, PolicyTrainer, RoundMetrics
 from projections.buffer_snapshot import BufferState
 from projections.replay_buffer import ReplayBuffer, groups
@@ -120,8 +121,11 @@ class LearnerPosition:
 class Learner:
     """Trains one run's policy from its trace; ``catch_up`` and ``update`` are the whole cycle."""
 
-    def __init__(self, log: EventLog, run_id: str, settings: LearnerSettings | None = None) -> None:
+    def __init__(self, log: EventLog, run_id: str, settings: LearnerSettings | None = None, *,
+                 store: PolicyStore | None = None) -> None:
         self.log = log
+        self.store = store if store is not None else PolicyStore()
+        """Where each new policy is filed: the store the session's ``policy:`` providers serve from."""
         self.run_id = run_id
         self.settings = settings or LearnerSettings()
         self.subject = learn_subject(run_id, self.settings.learner)
@@ -264,7 +268,7 @@ class Learner:
         self.position.updates.append(record)
         if isinstance(record, PolicyUpdated):
             self.position.version = record.version
-            remember(record.version, checkpoint.from_files(files, "learner"), record.version)
+            self.store.put(record.version, checkpoint.from_files(files, "learner"), record.version)
         return record
 
     def _train(self, batches: list[Batch]) -> RoundMetrics:

@@ -32,7 +32,7 @@ from hx.replay.recorded import FedTask, Recording
 from hx.replay.replayer import close_benchmarks, live_task, open_benchmarks, round_harness, run_ledger
 from hx.runtime.loop import AttemptResult, RunLoop
 from hx.runtime.models import ModelConfig, restore_spec
-from hx.runtime.providers.base import CallContext, Completion, Provider, make_provider, register_provider
+from hx.runtime.providers.base import CallContext, Completion, Provider, make_provider
 from hx.runtime.providers.replay import ReplayProvider
 from hx.runtime.task import Task
 from schemas.history import resolve
@@ -44,7 +44,6 @@ from streams.redaction import scrub
 from streams.topology import TRACE, check_run_id, trace_subject
 
 
-@register_provider
 class ForkProvider(Provider):
     """``fork:SPEC``: the logged responses of ``source_run`` up to ``until_step``, then the model ``SPEC``.
 
@@ -62,7 +61,8 @@ class ForkProvider(Provider):
         self.seed: int | None = None if seed is None else int(seed)
         recorded = {k: self.options[k] for k in ("source_run", "source_round") if k in self.options}
         self.recorded = ReplayProvider("", log=self.log, options=recorded)
-        self.live = make_provider(model, log=self.log, options=self.options.get("live_options") or {})
+        self.live = make_provider(model, log=self.log, options=self.options.get("live_options") or {},
+                                  resources=self.resources)
 
     async def complete(self, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],
                        params: Mapping[str, Any], ctx: CallContext) -> Completion:

@@ -20,6 +20,7 @@ from hx.harness.config import HarnessConfig
 from hx.harness.errors import ContractViolation, Interrupt
 from hx.runtime.pipeline import HookPipeline
 from hx.runtime.providers.base import CallContext, ProviderError
+from hx.runtime.providers.resources import ProviderResources
 from hx.runtime.router import ModelRouter, RoleChains
 from hx.runtime.services import AttemptServices, attempt_services
 from hx.runtime.task import Task, Tool
@@ -69,11 +70,13 @@ class RunLoop:
     """Executes attempts of one harness bound to one model configuration."""
 
     def __init__(self, models: RoleChains, harness: HarnessConfig, *, log: EventLog | None = None,
-                 writer: TraceWriter | None = None) -> None:
+                 writer: TraceWriter | None = None, resources: ProviderResources | None = None) -> None:
         self.models = models
         self.harness = harness
         self.log = log
         self.writer = writer
+        self.resources = resources if resources is not None else ProviderResources()
+        """Lent to the providers of every attempt: the attempts of one loop share what they load."""
 
     @contextlib.asynccontextmanager
     async def _log(self) -> AsyncIterator[EventLog | None]:
@@ -98,7 +101,7 @@ class RunLoop:
                 raise AttemptExists(f"attempt {attempt} of task {task.spec.id!r} in run {run_id!r} round {round} "
                                     "is already on the log; use another run id or attempt number")
             writer = self.writer or (LogWriter(trace_log) if trace_log is not None else NullWriter())
-            router = ModelRouter(self.models, log=log)
+            router = ModelRouter(self.models, log=log, resources=self.resources)
             tracer = AttemptTracer(writer, subject)
             try:
                 state = _Attempt(self.harness, router, tracer, task, run_id, round, attempt, seed, max_steps,

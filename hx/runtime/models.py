@@ -17,6 +17,7 @@ import msgspec
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult, RunLoop
 from hx.runtime.providers.base import ModelSpecError, ProviderError, check_spec
+from hx.runtime.providers.resources import ProviderResources
 from hx.runtime.task import Task
 from streams.log import EventLog
 from streams.redaction import MASK, scrub
@@ -90,9 +91,10 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             fallback={k: [scrub(s) for s in v] for k, v in self.fallback.items()},
             provider_options={scrub(k): v for k, v in self.provider_options.items()})
 
-    def agentic(self, harness: HarnessConfig, *, log: EventLog | None = None) -> Agent:
+    def agentic(self, harness: HarnessConfig, *, log: EventLog | None = None,
+                resources: ProviderResources | None = None) -> Agent:
         """Bind this model configuration to a validated harness: an agent ready to run tasks."""
-        return Agent(self, harness.validate(), log=log)
+        return Agent(self, harness.validate(), log=log, resources=resources)
 
 
 def restore_spec(recorded: str, given: str | None, *, option: str, what: str) -> str:
@@ -119,10 +121,13 @@ def restore_spec(recorded: str, given: str | None, *, option: str, what: str) ->
 class Agent:
     """A harness bound to a model configuration (the paper's H = (M, C)), ready to run tasks."""
 
-    def __init__(self, models: ModelConfig, harness: HarnessConfig, *, log: EventLog | None = None) -> None:
+    def __init__(self, models: ModelConfig, harness: HarnessConfig, *, log: EventLog | None = None,
+                 resources: ProviderResources | None = None) -> None:
         self.models = models
         self.harness = harness
         self.log = log
+        self.resources = resources if resources is not None else ProviderResources()
+        """Lent to the providers of every run of this agent (its runs share a loaded policy)."""
 
     async def run(self, task: Task, *, run_id: str | None = None, round: int = 0, attempt: int = 0,
                   seed: int = 0, max_steps: int = 50, timeout_s: float | None = None) -> AttemptResult:
@@ -131,6 +136,6 @@ class Agent:
         Without a ``run_id`` the attempt gets a run of its own (``adhoc-<random>``): a run id
         names a run, and reusing one for a new attempt is refused (``AttemptExists``).
         """
-        loop = RunLoop(self.models, self.harness, log=self.log)
+        loop = RunLoop(self.models, self.harness, log=self.log, resources=self.resources)
         return await loop.run(task, run_id=run_id or f"adhoc-{uuid.uuid4().hex[:12]}", round=round,
                               attempt=attempt, seed=seed, max_steps=max_steps, timeout_s=timeout_s)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from hx.runtime.providers.base import CallContext, Completion, ContextTooLong, Provider, ProviderError, make_provider
+from hx.runtime.providers.resources import ProviderResources
 from schemas.event import Event
 from schemas.messages import Message, ToolSchema
 from schemas.model import ModelError, ModelRequest, ModelResponse
@@ -33,9 +34,11 @@ class ModelRouter:
     """Calls the model of a role, retrying and falling back by error kind; emits an event per try."""
 
     def __init__(self, models: RoleChains, *, log: EventLog | None = None,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 resources: ProviderResources | None = None, sleep: Callable[[float], Any] = asyncio.sleep) -> None:
         self.models = models
         self.log = log
+        self.resources = resources if resources is not None else ProviderResources()
+        """Lent to every provider this router builds."""
         self._providers: dict[str, Provider] = {}
         self._public: dict[str, str] = {}
         self._sleep = sleep
@@ -51,7 +54,8 @@ class ModelRouter:
         """The (cached) provider of a model spec."""
         prov = self._providers.get(spec)
         if prov is None:
-            prov = self._providers[spec] = make_provider(spec, log=self.log, options=self.models.options_for(spec))
+            prov = self._providers[spec] = make_provider(spec, log=self.log, options=self.models.options_for(spec),
+                                                          resources=self.resources)
         return prov
 
     async def complete(self, role: str, messages: tuple[Message, ...], tools: tuple[ToolSchema, ...],

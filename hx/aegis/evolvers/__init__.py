@@ -1,4 +1,8 @@
-"""The evolvers AEGIS can run, by name: ``offline`` (no network), ``llm`` (a meta-model), ``frozen`` (none).
+"""The evolvers AEGIS can run, by name: the ``hx.evolvers`` entry points, imported on first use.
+
+hx ships ``offline`` (no network), ``llm`` (a meta-model) and ``frozen`` (none), declared in
+``pyproject.toml`` as any package declares its own. An evolver is one module: an ``Evolver``
+subclass (its ``build`` takes what the command has) and one entry-point line.
 
 >>> make_evolver("offline", meta=None, store=None).name
 'offline'
@@ -10,24 +14,21 @@ hx.aegis.evolvers.base.EvolverError: unknown evolver 'x'; known: frozen, llm, of
 
 from __future__ import annotations
 
-from hx.aegis.evolvers.base import Evolver, EvolverError, FrozenEvolver
-from hx.aegis.evolvers.llm import LlmEvolver
-from hx.aegis.evolvers.offline import OfflineEvolver
+from hx.aegis.evolvers.base import Evolver, EvolverError
 from hx.aegis.meta import MetaAgent
+from hx.entry_points import LoadFailed, Registry, UnknownName
 from hx.runtime.code import CodeStore
 
-EVOLVERS: tuple[str, ...] = ("offline", "llm", "frozen")
-"""The evolver names ``make_evolver`` knows."""
+EVOLVERS: Registry[type[Evolver]] = Registry("hx.evolvers", "evolver")
+"""Evolver classes by name (``EVOLVERS.names()`` is the ``--evolver`` choice list; ``EVOLVERS.add`` for a test's)."""
 
 
 def make_evolver(name: str, *, meta: MetaAgent | None, store: CodeStore | None) -> Evolver:
     """The evolver called ``name``; ``EvolverError`` for an unknown name or ``llm`` without a meta-model."""
-    if name == "offline":
-        return OfflineEvolver()
-    if name == "frozen":
-        return FrozenEvolver()
-    if name == "llm":
-        if meta is None:
-            raise EvolverError("the llm evolver needs --meta-model")
-        return LlmEvolver(meta, store)
-    raise EvolverError(f"unknown evolver {name!r}; known: {', '.join(sorted(EVOLVERS))}")
+    try:
+        cls = EVOLVERS.load(name)
+    except (UnknownName, LoadFailed) as exc:
+        raise EvolverError(str(exc)) from None
+    if not (isinstance(cls, type) and issubclass(cls, Evolver)):
+        raise EvolverError(f"evolver {name!r}: {cls!r} is not an Evolver subclass")
+    return cls.build(meta=meta, store=store)

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hx.aegis.meta import MetaAgent
 from hx.aegis.state import RunState
+from hx.runtime.code import CodeStore
 from schemas.edits import Anchor, AnyEditOp, CodeAsset, Manifest
 from schemas.errors import HxError
 from schemas.landscape import Landscape, TaskDigest
@@ -81,6 +83,12 @@ class Evolver(ABC):
     """Proposes candidates for a round."""
 
     name: str = ""
+
+    @classmethod
+    def build(cls, *, meta: MetaAgent | None, store: CodeStore | None) -> Evolver:
+        """The evolver a command asks for by name, from what the command has: the meta-model (``--meta-model``)
+        and the code store; ``EvolverError`` when it needs one it lacks (default: it needs neither)."""
+        return cls()
 
     @abstractmethod
     async def propose(self, context: Context, k: int) -> list[Proposal]:

@@ -53,6 +53,13 @@ class LlmEvolver(Evolver):
 
     name = "llm"
 
+    @classmethod
+    def build(cls, *, meta: MetaAgent | None, store: CodeStore | None) -> LlmEvolver:
+        """An evolver asking ``meta``; ``EvolverError`` without a meta-model."""
+        if meta is None:
+            raise EvolverError("the llm evolver needs --meta-model")
+        return cls(meta, store)
+
     def __init__(self, meta: MetaAgent, store: CodeStore | None = None) -> None:
         self.meta = meta
         self.store = store

@@ -1,7 +1,8 @@
 """Model providers behind specs like ``anthropic:claude-sonnet-4-6``.
 
-Built-in providers are registered by scheme and their modules imported on first use:
-the anthropic SDK alone takes seconds to import, and most hx commands never call a model.
+Providers are the ``hx.providers`` entry points, named by scheme (hx's own are declared in
+``pyproject.toml`` like any package's) and imported on first use: the anthropic SDK alone takes
+seconds to import, and most hx commands never call a model.
 """
 
 from hx.runtime.providers.base import (
@@ -12,5 +13,7 @@ from hx.runtime.providers.base import (
     ProviderError,
     make_provider,
 )
+from hx.runtime.providers.resources import ProviderResources
 
-__all__ = ["CallContext", "Completion", "ContextTooLong", "Provider", "ProviderError", "make_provider"]
+__all__ = ["CallContext", "Completion", "ContextTooLong", "Provider", "ProviderError", "ProviderResources",
+           "make_provider"]

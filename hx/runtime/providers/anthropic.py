@@ -31,7 +31,6 @@ from hx.runtime.providers.base import (
     ProviderError,
     check_url,
     option_or_env,
-    register_provider,
 )
 from hx.runtime.providers.http_errors import classify_status, retry_after
 from schemas.messages import Message, ToolCall, ToolSchema, Usage
@@ -109,7 +108,6 @@ def parse_message(message: ApiMessage) -> Completion:
     )
 
 
-@register_provider
 class AnthropicProvider(Provider):
     """Claude models through ``anthropic.AsyncAnthropic``."""
 

@@ -8,7 +8,6 @@ drives the role's retry and fallback policy.
 
 from __future__ import annotations
 
-import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -17,6 +16,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from hx.entry_points import LoadFailed, Registry, UnknownName
+from hx.runtime.providers.resources import ProviderResources
 from schemas.errors import HxError
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, Usage
 from schemas.model import ModelErrorKind
@@ -77,10 +78,13 @@ class Provider(ABC):
 
     scheme: ClassVar[str]
 
-    def __init__(self, model: str, *, log: EventLog | None = None, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, model: str, *, log: EventLog | None = None, options: Mapping[str, Any] | None = None,
+                 resources: ProviderResources | None = None) -> None:
         self.model = model
         self.log = log
         self.options = dict(options or {})
+        self.resources = resources if resources is not None else ProviderResources()
+        """What the command lends its providers (a provider takes the kind it needs, e.g. a policy store)."""
 
     @property
     def spec(self) -> str:
@@ -111,22 +115,13 @@ class Provider(ABC):
 
 
 ProviderFactory = Callable[..., Provider]
-_PROVIDERS: dict[str, type[Provider]] = {}
-BUILTIN_PROVIDERS: dict[str, str] = {
-    "anthropic": "hx.runtime.providers.anthropic",
-    "openai": "hx.runtime.providers.openai",
-    "replay": "hx.runtime.providers.replay",
-    "random": "hx.runtime.providers.random",
-    "script": "hx.runtime.providers.script",
-    "policy": "hx.learner.provider",
-    "fork": "hx.replay.fork",
-}
-"""Scheme to module for the providers hx ships; a module registers its class when imported."""
+PROVIDERS: Registry[type[Provider]] = Registry("hx.providers", "model provider")
+"""Provider classes by scheme: the ``hx.providers`` entry points (hx's own and any package's), loaded on first use."""
 
 
 def register_provider(cls: type[Provider]) -> type[Provider]:
-    """Make a provider class available under its scheme."""
-    _PROVIDERS[cls.scheme] = cls
+    """Make a provider class available under its scheme in this process (a test's or a plugin's own provider)."""
+    PROVIDERS.add(cls.scheme, cls)
     return cls
 
 
@@ -142,13 +137,15 @@ def provider_class(spec: str) -> tuple[type[Provider], str]:
     scheme, sep, model = spec.partition(":")
     if not sep:
         raise ModelSpecError(f"model spec {scrub(spec)!r} needs a scheme, e.g. 'anthropic:claude-sonnet-4-6'")
-    cls = _PROVIDERS.get(scheme)
-    if cls is None and scheme in BUILTIN_PROVIDERS:
-        importlib.import_module(BUILTIN_PROVIDERS[scheme])  # registers the class on import
-        cls = _PROVIDERS.get(scheme)
-    if cls is None:
+    try:
+        cls = PROVIDERS.load(scheme)
+    except UnknownName:
         raise ModelSpecError(f"unknown model provider {scheme!r} in {scrub(spec)!r}; known: "
-                             f"{', '.join(sorted({*_PROVIDERS, *BUILTIN_PROVIDERS}))}")
+                             f"{', '.join(PROVIDERS.names())}") from None
+    except LoadFailed as exc:
+        raise ModelSpecError(str(exc)) from None
+    if not (isinstance(cls, type) and issubclass(cls, Provider)) or cls.scheme != scheme:
+        raise ModelSpecError(f"model provider {scheme!r}: {cls!r} is not a Provider subclass with scheme {scheme!r}")
     return cls, model
 
 
@@ -171,7 +168,8 @@ def check_url(url: str, where: str) -> None:
         raise ModelSpecError(f"{where}: {mask_url(url)!r} is not an http:// or https:// URL with a host")
 
 
-def make_provider(spec: str, *, log: EventLog | None = None, options: Mapping[str, Any] | None = None) -> Provider:
-    """Build the provider a spec names; unknown schemes are a clear error."""
+def make_provider(spec: str, *, log: EventLog | None = None, options: Mapping[str, Any] | None = None,
+                  resources: ProviderResources | None = None) -> Provider:
+    """Build the provider a spec names, lending it ``resources``; unknown schemes are a clear error."""
     cls, model = provider_class(spec)
-    return cls(model, log=log, options=options)
+    return cls(model, log=log, options=options, resources=resources)

@@ -26,7 +26,6 @@ from hx.runtime.providers.base import (
     ProviderError,
     check_url,
     option_or_env,
-    register_provider,
 )
 from hx.runtime.providers.http_errors import classify_status
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, TopLogprob, Usage
@@ -174,7 +173,6 @@ def _error_message(response: httpx2.Response) -> str:
     return json.dumps(body)[:_MAX_BODY_IN_ERROR]
 
 
-@register_provider
 class OpenAIProvider(Provider):
     """A model behind an OpenAI-compatible ``/chat/completions`` endpoint."""
 

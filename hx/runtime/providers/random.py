@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from hx.runtime.providers.base import CallContext, Completion, Provider, register_provider
+from hx.runtime.providers.base import CallContext, Completion, Provider
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema
 
 Choices = tuple[tuple[str, tuple[Any, ...]], ...]
@@ -56,7 +56,6 @@ def _token(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-@register_provider
 class RandomProvider(Provider):
     """Calls one playable tool with uniformly chosen enumerated inputs."""
 

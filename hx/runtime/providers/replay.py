@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from hx.runtime.providers.base import CallContext, Completion, Provider, ProviderError, register_provider
+from hx.runtime.providers.base import CallContext, Completion, Provider, ProviderError
 from schemas.messages import Message, ToolSchema
 from schemas.model import ModelResponse
 from streams.log import EventLog
@@ -28,7 +28,6 @@ Responses = dict[tuple[int, str], ModelResponse]
 DEFAULT_CACHED_ATTEMPTS = 1024
 
 
-@register_provider
 class ReplayProvider(Provider):
     """Plays back the recorded ``model.response`` events of the same coordinates."""
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from hx.runtime.providers.base import CallContext, Completion, ModelSpecError, Provider, register_provider
+from hx.runtime.providers.base import CallContext, Completion, ModelSpecError, Provider
 from schemas.messages import Message, ToolSchema
 
 
@@ -24,7 +24,6 @@ def _completions(model: str, options: Mapping[str, Any]) -> list[Completion]:
         raise ModelSpecError(f"script:{model}: bad completions: {exc}") from None
 
 
-@register_provider
 class ScriptProvider(Provider):
     """Answers the n-th call of an attempt with the n-th scripted completion."""
 
