@@ -236,7 +236,7 @@ def test_a_risky_candidate_waits_for_a_human_then_ships(nats_url: str) -> None:
 
 def worker(nats_url: str, *args: str) -> subprocess.Popen[str]:
     """The evolve worker in a process of its own."""
-    env = {**os.environ, "PYTHONPATH": str(WORKER.parent)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WORKER.parent), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([sys.executable, str(WORKER), nats_url, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 

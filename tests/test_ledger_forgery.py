@@ -54,7 +54,7 @@ def last_seqs(url: str) -> dict[str, int]:
 def paused(nats_url: str, tmp_path: Path) -> Iterator[tuple[str, Path, str]]:
     """A signed run whose evolver died as round 0 reached its gate: critic judged, nothing gated yet."""
     data = tmp_path / "data"
-    env = {**os.environ, "PYTHONPATH": str(WORKER.parent)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WORKER.parent), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, str(WORKER), nats_url, "evo-paused", "--pause-at", "0:gate",
                              "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
