@@ -76,7 +76,7 @@ class CoevolveJob(EvolveJob, frozen=True, kw_only=True):
     of ``EvolveJob``, because its learner settings bring JAX, which plain evolution runs never load)."""
 
     coevolving: ClassVar[bool] = True
-    coevolve: CoevolveSettings = CoevolveSettings()
+    coevolve: CoevolveSettings
 
 
 @dataclass
