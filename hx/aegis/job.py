@@ -9,8 +9,9 @@ It is recorded in ``LedgerOpened.settings`` as nested plain data, so a resumed r
 (``hx.aegis.session.recorded_job``, which also reads the flat shape written before issue 34).
 
 >>> job = EvolveJob(run_id="r", benches=("twx:coin",), adaptation=(), heldout=(), rollout=RolloutSettings(seed=3))
->>> sorted(msgspec.to_builtins(job))[-3:], msgspec.to_builtins(job)["rollout"]["seed"]
-(['meta_model', 'model', 'rollout'], 3)
+>>> recorded = msgspec.to_builtins(job)
+>>> recorded["rollout"]["seed"], recorded["loop"]["rounds"], "coevolve" in recorded
+(3, 6, False)
 """
 
 from __future__ import annotations
