@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from toyworld import ToyWorld
 
 from hx.aegis.evolvers.offline import OfflineEvolver
-from hx.aegis.session import EvolveJob, Parts, new_job, run_evolution
+from hx.aegis.job import EvolveJob, EvolveRequest, TaskChoice
+from hx.aegis.session import Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings, Progress
 from hx.environments.rollout import RolloutSettings
 from hx.harnesses import starter_harness
@@ -36,10 +37,12 @@ SPECS = ["toyworld:rooms", "toyworld:bell"]
 
 def job(run_id: str, bench: ToyWorld, rounds: int = 4, risk: float = 0.7) -> EvolveJob:
     """The test job: both toy games, small and fast."""
-    return new_job(run_id, [bench], SPECS, tasks=16, heldout_tasks=10, model="random:",
-                   harness=starter_harness("textworld"), harness_source="starter:textworld", evolver="offline",
-                   meta_model="", rollout=RolloutSettings(attempts=2, concurrency=4, max_steps=30, seed=3),
-                   settings=EvolveSettings(rounds=rounds, patience=rounds, strategy="ensemble", risk_threshold=risk))
+    request = EvolveRequest(TaskChoice(tuple(SPECS), adaptation=16, heldout=10), model="random:",
+                            rollout=RolloutSettings(attempts=2, concurrency=4, max_steps=30, seed=3),
+                            loop=EvolveSettings(rounds=rounds, patience=rounds, strategy="ensemble",
+                                                risk_threshold=risk))
+    return new_job(run_id, [bench], request, harness=starter_harness("textworld"),
+                   harness_source="starter:textworld")
 
 
 async def main(url: str, run_id: str, resume: bool, pause: str | None, risk: float, data_dir: str | None) -> None:

@@ -14,6 +14,7 @@ from toybench import RANDOM, ToyBench, ids
 from toyworld import ToyWorld
 
 from hx.aegis.evolvers.offline import OfflineEvolver
+from hx.aegis.job import EvolveRequest, TaskChoice
 from hx.aegis.session import Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings
 from hx.environments.results import ResultsClaim, ResultsError, from_json, summarise
@@ -60,10 +61,11 @@ async def test_two_runs_with_one_id_at_once_one_wins_and_the_other_writes_nothin
 async def test_two_evolvers_with_one_run_id_at_once_one_wins_and_the_other_writes_nothing(nats_url: str) -> None:
     """``hx evolve``'s own claim on the trace: the second evolver is refused before it writes a thing."""
     bench = ToyWorld()
-    job = new_job("evo-same", [bench], ["toyworld:rooms"], tasks=4, heldout_tasks=2, model="random:",
-                  harness=starter_harness("textworld"), harness_source="starter:textworld", evolver="offline",
-                  meta_model="", rollout=RolloutSettings(attempts=1, concurrency=2, max_steps=12, seed=3),
-                  settings=EvolveSettings(rounds=1, patience=1))
+    request = EvolveRequest(TaskChoice(("toyworld:rooms",), adaptation=4, heldout=2), model="random:",
+                            rollout=RolloutSettings(attempts=1, concurrency=2, max_steps=12, seed=3),
+                            loop=EvolveSettings(rounds=1, patience=1))
+    job = new_job("evo-same", [bench], request, harness=starter_harness("textworld"),
+                  harness_source="starter:textworld")
     settings = NatsSettings(url=nats_url)
     async with connect(settings) as one, connect(settings) as two:  # two processes' worth of connections
         results = await asyncio.gather(*(run_evolution(conn, [bench], job, Parts(OfflineEvolver()), resume=False)

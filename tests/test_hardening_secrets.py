@@ -16,8 +16,9 @@ from hx_cli import hx, ok
 from model_server import model_server
 from nats.js.errors import NotFoundError
 
+from hx.aegis.job import EvolveJob
 from hx.aegis.ledger import Ledger
-from hx.aegis.session import EvolveJob
+from hx.aegis.session import recorded_job as read_job
 from hx.runtime.models import restore_spec
 from hx.runtime.providers.base import CallContext, ModelSpecError, make_provider
 from schemas.envelope import HX_ENCODING, inflate
@@ -246,7 +247,7 @@ def test_a_masked_spec_is_resumed_only_with_its_credentials_given_back() -> None
         restore_spec(recorded, "openai:m@http://me:pw@other/v1?api_key=k", option="--model", what="run 'r'")
     assert restore_spec("random:", None, option="--model", what="run 'r'") == "random:"
     job = EvolveJob(run_id="r", benches=("twx:coin",), adaptation=(), heldout=(), model=real, meta_model=real)
-    recorded_job = msgspec.convert(msgspec.to_builtins(job.public()), EvolveJob)  # what ledger.opened holds
+    recorded_job = read_job(msgspec.to_builtins(job.public()))  # what ledger.opened holds
     assert recorded_job.model == recorded and recorded_job.meta_model == recorded
     assert recorded_job.restored(real, real) == job  # the resumed run calls the real server
     with pytest.raises(ModelSpecError, match="may only give back"):

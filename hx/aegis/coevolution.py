@@ -38,9 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import msgspec
 
+from hx.aegis.job import EvolveJob
 from hx.aegis.ledger import Ledger
 from hx.aegis.resting import resting
 from hx.aegis.settings import CoevolveMode
@@ -68,6 +70,14 @@ class CoevolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """``both``: the learner starts after the first round that ships no edit (``--learn-after-stall``)."""
     rest_barren: int = 0
     """R: a task whose last R played rounds failed every attempt sits out R rounds (``--rest-barren``); 0: never."""
+
+
+class CoevolveJob(EvolveJob, frozen=True, kw_only=True):
+    """An ``hx coevolve`` job: an evolution job and what co-evolution adds (its own type, not an optional field
+    of ``EvolveJob``, because its learner settings bring JAX, which plain evolution runs never load)."""
+
+    coevolving: ClassVar[bool] = True
+    coevolve: CoevolveSettings
 
 
 @dataclass

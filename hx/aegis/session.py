@@ -1,18 +1,19 @@
 """An evolution session: the job, its splits and parts, started fresh or resumed from the ledger.
 
-``EvolveJob`` is everything a run needs, recorded in its ``LedgerOpened`` so a resumed
-run (``hx evolve --resume RUN``) rebuilds the very same parts: benchmarks and games,
+``EvolveJob`` (``hx.aegis.job``) is everything a run needs, recorded in its ``LedgerOpened`` so a
+resumed run (``hx evolve --resume RUN``) rebuilds the very same parts: benchmarks and games,
 adaptation tasks (dev split) and frozen held-out tasks (test split), the task agent, the
-initial harness, the rollout settings and the loop's. ``run_evolution`` wires the loop
+initial harness, the rollout settings and the loop's. ``new_job`` makes it from the command
+line's ``EvolveRequest``; ``recorded_job`` reads it back from a ledger, in either recorded
+shape. ``run_evolution`` wires the loop
 (ledger, trials, evolver, critic, gate inputs) and returns an ``EvolutionReport``
 folded from the ledger: the table per round and held-out before and after.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +22,10 @@ import msgspec
 from hx.aegis.digester import ProseWriter
 from hx.aegis.evolvers.base import Evolver
 from hx.aegis.gate import CodeCheck, Forbidden
+from hx.aegis.job import EvolveJob, EvolveRequest
 from hx.aegis.ledger import Ledger, LedgerError
 from hx.aegis.loop import Evolution
-from hx.aegis.settings import EvolveSettings, Progress
+from hx.aegis.settings import Progress
 from hx.aegis.stage import CodeSource, Stage
 from hx.aegis.stages import pipeline
 from hx.aegis.stages.criticise import CriticFn
@@ -31,14 +33,15 @@ from hx.aegis.stages.gating import Approver
 from hx.aegis.stages.rollouts import Resting
 from hx.aegis.trials import Trials
 from hx.environments.registry import Benchmark, TaskId
-from hx.environments.rollout import RolloutSettings, RunExists
+from hx.environments.rollout import RunExists
 from hx.environments.splits import Splits, round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport, report
 from hx.runtime.code import CodeStore, restore_plugins
 from hx.runtime.loop import AttemptResult
-from hx.runtime.models import ModelConfig, restore_spec
+from hx.runtime.models import ModelConfig
 from projections.ledger import RunLedger
+from schemas.job import nested_job
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import (
     EvolutionFinished,
@@ -47,57 +50,8 @@ from schemas.ledger import (
 from schemas.lifecycle import RunFinished, RunStarted
 from streams.connection import Connection
 from streams.errors import ConcurrencyConflict
-from streams.redaction import scrub
 from streams.signing import LedgerKey
 from streams.topology import check_run_id, trace_subject
-
-
-class EvolveJob(msgspec.Struct, frozen=True, kw_only=True):
-    """What an evolution run is: recorded on its ledger (credentials masked), so a resume rebuilds it exactly."""
-
-    run_id: str
-    benches: tuple[str, ...]
-    adaptation: tuple[str, ...]
-    """Adaptation task ids (evolution works on these)."""
-    heldout: tuple[str, ...]
-    """The frozen held-out task ids (only ever evaluated)."""
-    model: str = "random:"
-    harness: dict[str, Any] = {}
-    harness_source: str = ""
-    evolver: str = "offline"
-    meta_model: str = ""
-    attempts: int = 2
-    concurrency: int = 4
-    max_steps: int = 100
-    seed: int = 0
-    timeout_s: float | None = None
-    settings: dict[str, Any] = {}
-    """``EvolveSettings`` as plain data."""
-    coevolve: dict[str, Any] = {}
-    """``CoevolveSettings`` as plain data for ``hx coevolve`` (empty: the model is not trained)."""
-
-    def public(self) -> EvolveJob:
-        """This job as it is recorded and shown: credentials in its model specs masked."""
-        return msgspec.structs.replace(self, model=scrub(self.model), meta_model=scrub(self.meta_model))
-
-    def restored(self, model: str | None, meta_model: str | None) -> EvolveJob:
-        """A recorded job with the credentials of its model specs given back (``restore_spec``); None: none given."""
-        what = f"run {self.run_id!r}"
-        return msgspec.structs.replace(
-            self, model=restore_spec(self.model, model, option="--model", what=what),
-            meta_model=restore_spec(self.meta_model, meta_model, option="--meta-model", what=what))
-
-    @property
-    def loop_settings(self) -> EvolveSettings:
-        """The loop's settings."""
-        return EvolveSettings(**self.settings)
-
-    @property
-    def rollout_settings(self) -> RolloutSettings:
-        """How each rollout runs."""
-        return RolloutSettings(attempts=self.attempts, concurrency=self.concurrency, max_steps=self.max_steps,
-                               seed=self.seed, timeout_s=self.timeout_s)
-
 
 HELDOUT_SPLITS = ("test", "train")
 """Where held-out tasks may come from: the test split, or the train split used as a validation split."""
@@ -177,27 +131,27 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
         else:
             await _claim_trace(conn, job)
             harness = HarnessConfig.from_dict(job.harness)
-            await ledger.start(LedgerOpened(run_id=job.run_id, strategy=job.loop_settings.strategy,
+            await ledger.start(LedgerOpened(run_id=job.run_id, strategy=job.loop.strategy,
                                             harness=harness.to_dict(), digest=harness.digest,
                                             settings=msgspec.to_builtins(job.public()),
                                             heldout_digest=splits.heldout_digest))
         roles = await round_roles(conn.log, job.run_id)
-        trials = Trials(conn.log, job.run_id, benches, ModelConfig(main=job.model), job.rollout_settings, splits,
+        trials = Trials(conn.log, job.run_id, benches, ModelConfig(main=job.model), job.rollout, splits,
                         next_round=max(roles, default=-1) + 1, on_attempt=parts.on_attempt)
         forbidden = await forbidden_texts(benches, [*job.adaptation, *job.heldout])
         if parts.store is not None:
             await restore_plugins(parts.store, RunLedger.of(ledger.records))
         coevolution = None
-        if job.coevolve:
+        if job.coevolving:
             # imported here: the learner brings JAX, which plain evolution runs never load
-            from hx.aegis.coevolution import Coevolution, CoevolveSettings
+            from hx.aegis.coevolution import Coevolution, CoevolveJob
 
-            settings = msgspec.convert(job.coevolve, CoevolveSettings)
-            coevolution = Coevolution.of(ledger, trials, settings)
+            assert isinstance(job, CoevolveJob)
+            coevolution = Coevolution.of(ledger, trials, job.coevolve)
             if parts.on_update is not None:
                 coevolution.on_update = parts.on_update
             await coevolution.start()
-        evolution = Evolution(ledger, trials, parts.evolver, job.loop_settings, forbidden,
+        evolution = Evolution(ledger, trials, parts.evolver, job.loop, forbidden,
                               stages=parts.pipeline(coevolution.resting if coevolution else None),
                               hooks=coevolution, progress=parts.progress)
         await evolution.run()
@@ -215,7 +169,7 @@ async def _claim_trace(conn: Connection, job: EvolveJob) -> None:
     subject = trace_subject(job.run_id)
     event = RunStarted(run_id=job.run_id, kind="evolve", config={"benches": list(job.benches),
                                                                  "model": job.public().model, "evolver": job.evolver},
-                       seed=job.seed)
+                       seed=job.rollout.seed)
     try:
         await conn.log.append(subject, event, key=f"{subject}#run.started@{uuid.uuid4().hex[:12]}",
                               expected_last_seq=0)
@@ -232,14 +186,28 @@ async def _finish_trace(conn: Connection, run_id: str, finished: EvolutionFinish
                           key=f"{subject}#run.finished@{uuid.uuid4().hex[:12]}")
 
 
-def new_job(run_id: str, benches: Sequence[Benchmark], specs: Sequence[str], *, tasks: int, heldout_tasks: int,
-            heldout_split: str = "test", model: str, harness: HarnessConfig, harness_source: str, evolver: str,
-            meta_model: str, rollout: RolloutSettings, settings: EvolveSettings) -> EvolveJob:
-    """A fresh job from command-line choices."""
-    dev, test = task_lists(benches, specs, tasks, heldout_tasks, heldout_split)
-    return EvolveJob(run_id=run_id, benches=tuple(specs), adaptation=tuple(dev), heldout=tuple(test), model=model,
-                     harness=harness.to_dict(), harness_source=harness_source, evolver=evolver, meta_model=meta_model,
-                     attempts=rollout.attempts, concurrency=rollout.concurrency, max_steps=rollout.max_steps,
-                     seed=rollout.seed, timeout_s=rollout.timeout_s,
-                     settings=msgspec.to_builtins(dataclasses.asdict(settings)))
+def new_job(run_id: str, benches: Sequence[Benchmark], request: EvolveRequest, *, harness: HarnessConfig,
+            harness_source: str) -> EvolveJob:
+    """A fresh job from the command line's request (its model given: a fresh run has one)."""
+    assert request.model is not None
+    choice = request.tasks
+    dev, test = task_lists(benches, choice.benches, choice.adaptation, choice.heldout, choice.heldout_split)
+    job = EvolveJob(run_id=run_id, benches=tuple(choice.benches), adaptation=tuple(dev), heldout=tuple(test),
+                    model=request.model, harness=harness.to_dict(), harness_source=harness_source,
+                    evolver=request.evolver, meta_model=request.meta_model, rollout=request.rollout, loop=request.loop)
+    if request.coevolve is None:
+        return job
+    from hx.aegis.coevolution import CoevolveJob  # the learner brings JAX: only co-evolution loads it
 
+    return CoevolveJob(**msgspec.structs.asdict(job), coevolve=request.coevolve)
+
+
+def recorded_job(settings: Mapping[str, Any]) -> EvolveJob:
+    """The job a ledger recorded (``LedgerOpened.settings``), nested or in the flat shape written before issue 34;
+    an ``hx coevolve`` job as a ``CoevolveJob``."""
+    job = nested_job(settings)
+    if not job.get("coevolve"):
+        return msgspec.convert(job, EvolveJob)
+    from hx.aegis.coevolution import CoevolveJob  # the learner brings JAX: only co-evolution loads it
+
+    return msgspec.convert(job, CoevolveJob)

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from hx.aegis.variants import Strategy
 from schemas.ledger import HeldoutScored, RoundDecided
 
@@ -14,9 +16,8 @@ COEVOLVE_MODES: tuple[CoevolveMode, ...] = ("harness", "model", "both")
 """What co-evolution moves: the harness only (policy frozen), the model only (harness frozen), or both."""
 
 
-@dataclass(frozen=True)
-class EvolveSettings:
-    """Algorithm 1's knobs and the strategy."""
+class EvolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Algorithm 1's knobs and the strategy (a job's ``loop``)."""
 
     rounds: int = 6
     """T: the most rounds to run."""

@@ -14,9 +14,10 @@ from rich.console import Console
 from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from hx.aegis.job import EvolveJob
 from hx.aegis.llm_stages import LlmCritic, LlmProse, llm_prose
 from hx.aegis.meta import MetaAgent
-from hx.aegis.session import EvolveJob
+from hx.aegis.session import recorded_job
 from hx.aegis.settings import Progress
 from hx.aegis.smoke import SandboxCodeCheck
 from hx.cli.learn import describe
@@ -39,7 +40,7 @@ async def load_job(conn: Connection, run_id: str, data_dir: Path) -> EvolveJob:
     does not; ``AuditError`` a run with no ledger): a resumed run acts on nothing it cannot vouch for."""
     ledger = await verified_ledger(conn.log, run_id, Path(data_dir).resolve() / "plugins")
     assert ledger.opened is not None
-    return msgspec.convert(ledger.opened.settings, EvolveJob)
+    return recorded_job(ledger.opened.settings)
 
 
 class EvolveProgress:

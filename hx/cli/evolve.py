@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -17,7 +18,8 @@ from rich.table import Table
 
 import hx.environments  # noqa: F401 - registers the benchmark adapters
 from hx.aegis.evolvers import EVOLVERS, make_evolver
-from hx.aegis.session import HELDOUT_SPLITS, EvolveJob, Parts, new_job, run_evolution
+from hx.aegis.job import EvolveJob, EvolveRequest, TaskChoice
+from hx.aegis.session import HELDOUT_SPLITS, Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings
 from hx.aegis.variants import STRATEGIES
 from hx.cli._app import App, Terminated, pass_app, run, run_id_option, stderr_console, stdout_console
@@ -31,6 +33,9 @@ from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport
 from schemas.learn import PolicyGated, PolicyUpdated
 from streams.signing import LedgerKey
+
+if TYPE_CHECKING:  # only typed here: the learner brings JAX, which hx evolve never loads
+    from hx.aegis.coevolution import CoevolveSettings
 
 DEFAULT_BENCHES = ("twx:coin", "twx:mapreader")
 DEFAULT_MODEL = "random:"
@@ -91,41 +96,46 @@ def evolve_command(app: App, /, **options: Any) -> None:
     or forks. The held-out tasks are evaluated before the first round and after the last.
     Runs anywhere with the defaults: random agent, offline evolver, embedded nats-server.
     """
-    evolve_main(app, **options)
+    evolve_main(app, evolve_request(options), **options)
 
 
-def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks: int, heldout_split: str, rounds: int,
-                patience: int, alpha: float, candidates: int, strategy: str, max_variants: int, evolver: str,
-                meta_model: str, model: str | None, harness_path: Path | None, attempts: int, concurrency: int,
-                max_steps: int, seed: int, heldout_every: int, risk_threshold: float, approve: bool,
-                run_id: str | None, resume_id: str | None, as_json: bool, out: Path | None,
-                coevolve: Any = None) -> None:
-    """``hx evolve`` (and ``hx coevolve``, with its co-evolution settings): run, report, save.
+def evolve_request(options: dict[str, Any], *, coevolve: CoevolveSettings | None = None) -> EvolveRequest:
+    """The ``EvolveRequest`` the command's options make, popped from ``options`` (what stays: how to run it)."""
+    pop = options.pop
+    return EvolveRequest(
+        tasks=TaskChoice(benches=pop("benches"), adaptation=pop("tasks"), heldout=pop("heldout_tasks"),
+                         heldout_split=pop("heldout_split")),
+        loop=EvolveSettings(rounds=pop("rounds"), patience=pop("patience"), alpha=pop("alpha"),
+                            candidates=pop("candidates"), strategy=pop("strategy"), max_variants=pop("max_variants"),
+                            heldout_every=pop("heldout_every"), risk_threshold=pop("risk_threshold")),
+        rollout=RolloutSettings(attempts=pop("attempts"), concurrency=pop("concurrency"), max_steps=pop("max_steps"),
+                                seed=pop("seed")),
+        model=pop("model"), meta_model=pop("meta_model"), evolver=pop("evolver"), coevolve=coevolve)
 
-    ``model`` None: the default (``random:``), or on ``--resume`` the recorded one.
+
+def evolve_main(app: App, request: EvolveRequest, *, harness_path: Path | None, approve: bool, run_id: str | None,
+                resume_id: str | None, as_json: bool, out: Path | None) -> None:
+    """Run ``request`` (or resume ``resume_id``, of which only the models count), report, save.
+
+    ``request.model`` None: the default (``random:``), or on ``--resume`` the recorded one.
     """
-    if evolver == "llm" and not meta_model and resume_id is None:
+    if request.evolver == "llm" and not request.meta_model and resume_id is None:
         raise click.BadParameter("the llm evolver needs --meta-model", param_hint="--meta-model")
-    if model is None and resume_id is None:
-        model = DEFAULT_MODEL
-    if model is not None:
-        check_spec_option("--model", model)
-    if meta_model:
-        check_spec_option("--meta-model", meta_model)
+    if request.model is None and resume_id is None:
+        request = dataclasses.replace(request, model=DEFAULT_MODEL)
+    if request.model is not None:
+        check_spec_option("--model", request.model)
+    if request.meta_model:
+        check_spec_option("--meta-model", request.meta_model)
     given = read_harness(harness_path) if resume_id is None else None  # before the server starts or a claim
-    settings = EvolveSettings(rounds=rounds, patience=patience, alpha=alpha, candidates=candidates,
-                              strategy=strategy, max_variants=max_variants,  # type: ignore[arg-type]
-                              heldout_every=heldout_every, risk_threshold=risk_threshold)
-    prefix = "coevolve-" if coevolve is not None else "evolve-"
+    prefix = "coevolve-" if request.coevolve is not None else "evolve-"
     run_id = resume_id or run_id or new_run_id().replace("run-", prefix, 1)
     path = out or app.private_data_dir() / "results" / f"{run_id}.json"
     claim = ResultsClaim(path) if resume_id is None else None
-    rollout = RolloutSettings(attempts=attempts, concurrency=concurrency, max_steps=max_steps, seed=seed)
-    note = StopNote(run_id, "hx coevolve" if coevolve is not None else "hx evolve")
+    note = StopNote(run_id, "hx coevolve" if request.coevolve is not None else "hx evolve")
     try:
-        result = run(_evolve(app, run_id, list(benches), tasks, (heldout_tasks, heldout_split), model, given,
-                             evolver, meta_model, rollout, settings, approve, resume=resume_id is not None,
-                             coevolve=coevolve, note=note))
+        result = run(_evolve(app, request, run_id=run_id, given=given, approve=approve, resume=resume_id is not None,
+                             note=note))
     except BaseException as exc:
         if claim is not None:
             claim.release()
@@ -149,30 +159,23 @@ def evolve_main(app: App, *, benches: tuple[str, ...], tasks: int, heldout_tasks
     click.echo(f"saved {path}", err=as_json)
 
 
-async def _evolve(app: App, run_id: str, specs: list[str], tasks: int, heldout: tuple[int, str], model: str | None,
-                  given: tuple[HarnessConfig, str] | None, evolver_name: str, meta_model: str, rollout: RolloutSettings,
-                  settings: EvolveSettings, approve: bool, *, resume: bool, coevolve: Any = None,
-                  note: StopNote) -> EvolutionReport:
+async def _evolve(app: App, request: EvolveRequest, *, run_id: str, given: tuple[HarnessConfig, str] | None,
+                  approve: bool, resume: bool, note: StopNote) -> EvolutionReport:
     async with app.connect() as conn, on_stop(conn, note):
         job: EvolveJob | None = await load_job(conn, run_id, app.settings.data_dir) if resume else None
         if job is not None:  # the credentials its record masks, given back by --model / --meta-model
-            job = job.restored(model, meta_model or None)
-        bench_specs = list(job.benches) if job else specs
+            job = job.restored(request.model, request.meta_model or None)
+        bench_specs = list(job.benches) if job else list(request.tasks.benches)
         benches, _ = select_tasks(bench_specs, "dev", 1)
         try:
             if job is None:
-                assert model is not None  # a fresh run has the default
                 harness, source = choose_harness(given, benches)
-                job = new_job(run_id, benches, specs, tasks=tasks, heldout_tasks=heldout[0], heldout_split=heldout[1],
-                              model=model, harness=harness, harness_source=source, evolver=evolver_name,
-                              meta_model=meta_model, rollout=rollout, settings=settings)
-                if coevolve is not None:
-                    job = msgspec.structs.replace(job, coevolve=msgspec.to_builtins(coevolve))
+                job = new_job(run_id, benches, request, harness=harness, harness_source=source)
             console = stderr_console()
             console.print(f"evolve {run_id}: {len(job.adaptation)} adaptation and {len(job.heldout)} held-out tasks, "
-                          f"{job.evolver} evolver, {job.loop_settings.strategy}, up to {job.loop_settings.rounds} "
+                          f"{job.evolver} evolver, {job.loop.strategy}, up to {job.loop.rounds} "
                           f"rounds on {'the embedded nats-server' if conn.server else 'NATS'}", highlight=False)
-            with EvolveProgress(console, job.loop_settings.rounds) as progress:
+            with EvolveProgress(console, job.loop.rounds) as progress:
                 llm = llm_parts(conn, job, app.settings.data_dir)
                 evolver = make_evolver(job.evolver, meta=llm.meta, store=llm.store)
                 parts = Parts(evolver, progress.callbacks(), on_attempt=progress.attempt, critic=llm.critic,

@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from hx.environments.registry import Benchmark, benchmark
 from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.harness.config import HarnessConfig
@@ -39,6 +41,7 @@ from hx.replay.trace_rounds import TimeTravelError
 from hx.runtime.models import ModelConfig, restore_spec
 from projections.ledger import RunLedger
 from schemas.edits import AnyEditOp
+from schemas.job import nested_job
 from streams.log import EventLog
 from streams.redaction import scrub
 from streams.topology import check_run_id
@@ -177,7 +180,7 @@ async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch:
         raise TimeTravelError(f"run {run!r} has no ledger: hx bisect applies an evolution run's shipped edits")
     state = ledger_of(marks)
     assert state.opened is not None
-    job = state.opened.settings
+    job = nested_job(state.opened.settings)
     model_spec = restore_spec(str(job.get("model", "random:")), model, option="--model", what=f"run {run!r}")
     digests = {n: {d.task: d for d in ds} for n, ds in state.digests.items()}
     variants = {n: {t: d.variant for t, d in ds.items()} for n, ds in digests.items()}
@@ -197,9 +200,7 @@ async def bisect(log: EventLog, run: str, task: str, a: int, b: int, *, scratch:
                        logged=(digests[a][task].solved, digests[b][task].solved),
                        reaches=harnesses[-1].digest == harness_in(state, vb, b).digest)
     first = marks.trace[ta].started.first_attempt
-    settings = RolloutSettings(attempts=int(job.get("attempts", 2)), concurrency=int(job.get("concurrency", 4)),
-                               max_steps=int(job.get("max_steps", 100)), seed=int(job.get("seed", 0)),
-                               timeout_s=job.get("timeout_s"))
+    settings = msgspec.convert(job["rollout"], RolloutSettings)
     ran = await attempts_of(log, run, [ta, tb], [task])
     live, result.model_note = rerun_model(model_spec, [x for x in ran[task] if x.trace_round == ta],
                                           [x for x in ran[task] if x.trace_round == tb])

@@ -33,6 +33,7 @@ from hx.harness.errors import CompositionError
 from projections.ledger import RunLedger
 from projections.ledger_records import HarnessVersion, LedgerEntry, ShipRecord
 from schemas.edits import AnyEditOp
+from schemas.job import nested_job
 from schemas.ledger import HarnessShipped, VariantForked, ledger_digest
 from streams.signing import verify
 
@@ -252,8 +253,7 @@ def check_decisions(ledger: RunLedger) -> tuple[int, list[Problem]]:
     """(gate verdicts that follow from their checks, problems): verdicts, ships, forks, decisions, held-out scores."""
     if ledger.opened is None:
         return 0, []
-    settings = ledger.opened.settings.get("settings") or {}
-    threshold = float(settings.get("risk_threshold", DEFAULT_RISK_THRESHOLD))
+    threshold = float(nested_job(ledger.opened.settings)["loop"].get("risk_threshold", DEFAULT_RISK_THRESHOLD))
     allow_fork = ledger.opened.strategy == "ensemble"
     problems: list[Problem] = []
     consistent = 0

@@ -19,6 +19,7 @@ from projections.ledger import RunLedger
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.history import HistoryGap, resolve_async
+from schemas.job import nested_job
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundStarted, RunStarted
 from schemas.model import ModelResponse
 from streams.log import EventLog
@@ -114,8 +115,10 @@ class LoggedRound:
         """A rollout setting as the run recorded it (``run.started``, else the ledger's opening), or None."""
         if self.run is not None and name in self.run.config:
             return self.run.config[name]
-        opened = ledger.opened if ledger is not None else None
-        return opened.settings.get(name) if opened is not None else None
+        if ledger is None or ledger.opened is None:
+            return None
+        job = nested_job(ledger.opened.settings)
+        return job["rollout"][name] if name in job["rollout"] else job.get(name)
 
     def max_steps(self, ledger: RunLedger | None) -> int:
         """The run's step cap."""

@@ -27,6 +27,7 @@ from projections.ledger_records import HarnessVersion, LedgerEntry
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
 from schemas.envelope import HX_TIME
+from schemas.job import nested_job
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 from streams.topology import LEDGER, TRACE, trace_filter
@@ -220,6 +221,6 @@ async def run_at(log: EventLog, run: str, as_of: AsOf) -> RunAt:
         if stage is not None:
             tasks.setdefault(tr.task, TaskAt(tr.task, {})).rounds[stage] = tr
     assert mine.opened is not None
-    k = int(mine.opened.settings.get("attempts", 2) or 2)
+    k = int(nested_job(mine.opened.settings)["rollout"].get("attempts", 2) or 2)
     return RunAt(run, as_of, cut, last, mine.active(), mine.as_of(last) if last is not None else {},
                  sorted(tasks.values(), key=lambda t: t.task), board, k)

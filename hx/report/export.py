@@ -41,6 +41,7 @@ from hx.report.export_rounds import (
 )
 from projections.ledger_records import RoundRecords, Ship
 from schemas.edits import BUCKETS
+from schemas.job import nested_job
 from schemas.ledger import HarnessShipped, LedgerEvent, ledger_digest
 
 TrajectoryFiles = Mapping[int, Mapping[str, Sequence[str]]]
@@ -298,4 +299,4 @@ def index(fold: RunFold, files: Mapping[str, str], trajectories: TrajectoryFiles
             f"## Routing (cluster -> variant)\n\n{routing}\n## Files\n\n"
             + "".join(f"- {link(p, p)}: {what}\n" for p, what in top)
             + f"\n## Rounds\n\n{rounds or '(none yet)'}\n"
-            f"## Settings (from ledger.opened)\n\n{table(['setting', 'value'], _settings(o.settings))}")
+            f"## Settings (from ledger.opened)\n\n{table(['setting', 'value'], _settings(nested_job(o.settings)))}")
