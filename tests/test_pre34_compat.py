@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hx_cli import hx, ok
 
 from schemas.envelope import (
     FRAME_TYPE,
@@ -32,7 +33,6 @@ from schemas.envelope import (
 )
 from schemas.ledger import HarnessShipped, LedgerEvent, LedgerOpened, ModelChanged, ledger_digest
 from streams.signing import verify
-from tests.hx_cli import hx, ok
 
 DATA = Path(__file__).parent / "data" / "pre34"
 RUNS = ("pre34-evolve", "pre34-ship", "pre34-coevolve")

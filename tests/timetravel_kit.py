@@ -115,7 +115,7 @@ async def build_run(url: str, run: str = RUN) -> BuiltRun:
     async with connect(NatsSettings(url=url)) as conn:
         ledger = Ledger(conn, run)
         try:
-            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.to_dict(), digest=h0.digest,
+            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.spec(), digest=h0.digest,
                                             settings=job))
             first = Rollout(bench, RANDOM, h0, log=conn.log, settings=SETTINGS)
             await first.start(run, kind="evolve")
@@ -128,10 +128,10 @@ async def build_run(url: str, run: str = RUN) -> BuiltRun:
             c1, c2 = proposal("C-R0-01", h0, EDIT_1, failing[:1], run), proposal("C-R0-02", h1, EDIT_2, failing, run)
             await ledger.append(c1, passed(c1), HarnessShipped(
                 run_id=run, round=0, variant="v0", candidates=("C-R0-01",), digest_before=h0.digest,
-                digest_after=h1.digest, operations=EDIT_1, harness=h1.to_dict()))
+                digest_after=h1.digest, operations=EDIT_1, harness=h1.spec()))
             await ledger.append(c2, passed(c2), HarnessShipped(
                 run_id=run, round=0, variant="v0", candidates=("C-R0-02",), digest_before=h1.digest,
-                digest_after=h2.digest, operations=EDIT_2, harness=h2.to_dict()))
+                digest_after=h2.digest, operations=EDIT_2, harness=h2.spec()))
             await ledger.append(RoundDecided(run_id=run, round=0, outcome="shipped", shipped=("C-R0-01", "C-R0-02"),
                                              metrics=metrics(d0)))
             # A learner's pass after round 0, as a co-evolution run records it (the agent stays random here).
@@ -165,7 +165,7 @@ async def build_ledger_run(url: str, run: str, before: dict[str, tuple[int, int]
     async with connect(NatsSettings(url=url)) as conn:
         ledger = Ledger(conn, run)
         try:
-            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.to_dict(), digest=h0.digest,
+            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.spec(), digest=h0.digest,
                                             settings={"run_id": run, "model": "random:", "attempts": 2}))
             for n, passes in enumerate((before, after)):
                 d = digests(passes)

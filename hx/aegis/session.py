@@ -163,7 +163,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
             await _claim_trace(conn, job)
             harness = HarnessConfig.from_dict(job.harness)
             await ledger.start(LedgerOpened(run_id=job.run_id, strategy=job.loop_settings.strategy,
-                                            harness=harness.to_dict(), digest=harness.digest,
+                                            harness=harness.spec(), digest=harness.digest,
                                             settings=msgspec.to_builtins(job.public()),
                                             heldout_digest=splits.heldout_digest))
         roles = await round_roles(conn.log, job.run_id)
