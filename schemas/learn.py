@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.event import Event
+from schemas.identities import PolicyVersion
 
 
 class PolicyInitialised(Event, frozen=True, kw_only=True):
@@ -20,7 +21,7 @@ class PolicyInitialised(Event, frozen=True, kw_only=True):
 
     run_id: str
     learner: str = "default"
-    version: str
+    version: PolicyVersion
     """Checkpoint version (sha256 of its files) in the object store."""
     kind: str
     config: dict[str, Any] = {}
@@ -38,7 +39,7 @@ class LearnerPass(Event, frozen=True, kw_only=True):
     """The ``HX_TRACE`` sequence the buffer was folded to: where a restarted learner resumes."""
     rounds: tuple[int, ...] = ()
     """The trace rounds in the buffer's window at this pass."""
-    parent: str
+    parent: PolicyVersion
     """The policy version trained from."""
     groups_skipped: int = 0
     """Groups dropped because every trajectory had the same reward."""
@@ -51,7 +52,7 @@ class PolicyUpdated(LearnerPass, frozen=True, kw_only=True):
 
     TYPE = "learn.policy_updated"
 
-    version: str
+    version: PolicyVersion
     """The policy version produced."""
     kind: str = ""
     steps: int = 0
@@ -94,9 +95,9 @@ class PolicyGated(Event, frozen=True, kw_only=True):
     learner: str = "default"
     through_round: int
     """The learner pass's round (its ``PolicyUpdated.through_round``)."""
-    candidate: str
+    candidate: PolicyVersion
     """The policy version judged."""
-    parent: str
+    parent: PolicyVersion
     """The policy it would replace: what the rollouts keep when it is rejected."""
     adopted: bool
     solved: int = 0

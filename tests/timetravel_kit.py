@@ -30,6 +30,7 @@ from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
 from schemas.edits import Attach, Manifest
+from schemas.identities import PolicyVersion
 from schemas.landscape import TaskDigest
 from schemas.learn import PolicyGated, PolicyUpdated
 from schemas.ledger import (
@@ -136,9 +137,11 @@ async def build_run(url: str, run: str = RUN) -> BuiltRun:
                                              metrics=metrics(d0)))
             # A learner's pass after round 0, as a co-evolution run records it (the agent stays random here).
             await conn.log.append(f"hx.learn.{run}.default", PolicyUpdated(
-                run_id=run, through_round=0, rounds=(0,), parent="policy-0", version="policy-1", steps=1))
+                run_id=run, through_round=0, rounds=(0,), parent=PolicyVersion("policy-0"),
+                version=PolicyVersion("policy-1"), steps=1))
             await conn.log.append(f"hx.learn.{run}.default", PolicyGated(  # and its policy gate's verdict
-                run_id=run, through_round=0, candidate="policy-1", parent="policy-0", adopted=False, solved=3,
+                run_id=run, through_round=0, candidate=PolicyVersion("policy-1"), parent=PolicyVersion("policy-0"),
+                adopted=False, solved=3,
                 lost=(REGRESSED,), rollouts=8))
             second = Rollout(bench, RANDOM, h2, log=conn.log, settings=SETTINGS)
             out1 = await second.run_round(run, 1, TASKS, label=RoundLabel(purpose="main", variant="v0",
