@@ -118,8 +118,8 @@ async def forbidden_texts(benches: Sequence[Benchmark], tasks: Sequence[str]) ->
     """What no candidate may contain: the run's task ids and their reference solutions."""
     by_name = {b.name: b for b in benches}
     solutions = []
-    for tid in tasks:
-        task = by_name[TaskId.parse(tid).benchmark].make_task(TaskId.parse(tid))
+    for tid in map(TaskId.parse, tasks):
+        task = by_name[tid.benchmark].make_task(tid)
         try:
             await task.reset()
             solutions.append(task.solution())
