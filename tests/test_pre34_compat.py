@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from hx.cli.audit import EXIT_NOT_VERIFIED
 from hx_cli import hx, ok
 
+from hx.cli.audit import EXIT_NOT_VERIFIED
 from schemas.envelope import (
     FRAME_TYPE,
     HX_ENCODING,
