@@ -8,11 +8,11 @@ ledger reads them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
 from schemas.edits import AnyEditOp, Attach, Bucket, Manifest, Remove, Replace
+from schemas.harness import HarnessSpec
 from schemas.ledger import (
     ApprovalGiven,
     ApprovalRequested,
@@ -107,8 +107,8 @@ class HarnessVersion(msgspec.Struct):
     """The ledger position of the event that made it."""
     seq: int
     digest: str
-    harness: dict[str, Any]
-    """The harness as ``HarnessConfig.to_dict``, as the ledger recorded it."""
+    harness: HarnessSpec
+    """The harness as the ledger recorded it."""
     kind: str = "opened"
     """``opened`` (the initial harness), ``ship`` or ``fork``."""
     candidates: list[str] = []

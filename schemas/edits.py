@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from schemas.event import Payload
+from schemas.event import JsonObject, Payload
 
 Bucket = Literal["prompt", "tools", "config", "processor"]
 BUCKETS: tuple[Bucket, ...] = ("prompt", "tools", "config", "processor")
@@ -27,7 +27,9 @@ class Attach(EditOp, frozen=True, kw_only=True, tag="attach"):
 
     processor: str
     hooks: tuple[str, ...]
-    params: dict[str, Any] = {}
+    """Hook names as the evolver proposed them: a wrong one is recorded, and the candidate's ``build_error`` says so."""
+    params: JsonObject = {}
+    """The processor's parameters; its type checks them when the edit is built."""
 
 
 class Replace(EditOp, frozen=True, kw_only=True, tag="replace"):
@@ -35,7 +37,8 @@ class Replace(EditOp, frozen=True, kw_only=True, tag="replace"):
 
     group: str
     processor: str
-    params: dict[str, Any] = {}
+    params: JsonObject = {}
+    """The new processor's parameters; its type checks them when the edit is built."""
 
 
 class Remove(EditOp, frozen=True, kw_only=True, tag="remove"):
@@ -48,7 +51,8 @@ class Reparam(EditOp, frozen=True, kw_only=True, tag="reparam"):
     """Change some parameters of the processor of a singleton group (the others keep their values)."""
 
     group: str
-    params: dict[str, Any]
+    params: JsonObject
+    """The parameters that change; the processor's type checks the result when the edit is built."""
 
 
 AnyEditOp = Attach | Replace | Remove | Reparam

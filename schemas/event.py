@@ -7,7 +7,7 @@ subclasses register themselves when they declare a ``TYPE``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import msgspec
 
@@ -30,6 +30,12 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         super().__init_subclass__(**kwargs)
         if cls.TYPE:
             register(cls)
+
+
+JsonObject: TypeAlias = dict[str, Any]
+"""A JSON object whose shape no hx schema owns: a tool call's arguments, a JSON Schema, a processor's
+parameters (each processor type defines and checks its own when it is built), a provider's options.
+Fields of this type stay open on purpose; every other event field has a type."""
 
 
 class Payload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

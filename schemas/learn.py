@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UNSET, UnsetType
+
 from schemas.event import Event
+from schemas.identities import PolicyVersion
 
 
 class PolicyInitialised(Event, frozen=True, kw_only=True):
@@ -20,11 +23,13 @@ class PolicyInitialised(Event, frozen=True, kw_only=True):
 
     run_id: str
     learner: str = "default"
-    version: str
+    version: PolicyVersion
     """Checkpoint version (sha256 of its files) in the object store."""
     kind: str
-    algorithm: str = "grpo"
-    """The learner algorithm it trains with (an ``hx.algorithms`` name); records written before it was named: GRPO."""
+    algorithm: str | UnsetType = UNSET
+    """The learner algorithm it trains with (an ``hx.algorithms`` name); unset on records written before algorithms
+    were named, which trained with GRPO (unset, not a default: an old record encodes to the very bytes it was stored
+    as)."""
     config: dict[str, Any] = {}
     """The learner's settings as plain data (``LearnerSettings``: it reads this back, old shapes too), no secrets."""
 
@@ -40,7 +45,7 @@ class LearnerPass(Event, frozen=True, kw_only=True):
     """The ``HX_TRACE`` sequence the buffer was folded to: where a restarted learner resumes."""
     rounds: tuple[int, ...] = ()
     """The trace rounds in the buffer's window at this pass."""
-    parent: str
+    parent: PolicyVersion
     """The policy version trained from."""
     groups_skipped: int = 0
     """Groups dropped because every trajectory had the same reward."""
@@ -53,7 +58,7 @@ class PolicyUpdated(LearnerPass, frozen=True, kw_only=True):
 
     TYPE = "learn.policy_updated"
 
-    version: str
+    version: PolicyVersion
     """The policy version produced."""
     kind: str = ""
     steps: int = 0
@@ -96,9 +101,9 @@ class PolicyGated(Event, frozen=True, kw_only=True):
     learner: str = "default"
     through_round: int
     """The learner pass's round (its ``PolicyUpdated.through_round``)."""
-    candidate: str
+    candidate: PolicyVersion
     """The policy version judged."""
-    parent: str
+    parent: PolicyVersion
     """The policy it would replace: what the rollouts keep when it is rejected."""
     adopted: bool
     solved: int = 0

@@ -17,6 +17,7 @@ import msgspec
 from schemas.edits import AnyEditOp, Bucket, CodeAsset, Manifest
 from schemas.envelope import encode_body
 from schemas.event import Event, Payload
+from schemas.harness import HarnessSpec
 from schemas.landscape import Landscape, TaskDigest
 
 RoundOutcome = Literal["below_actionability", "empty_landscape", "no_candidate", "all_rejected", "waiting",
@@ -102,8 +103,8 @@ class LedgerOpened(LedgerEvent, frozen=True, kw_only=True):
     TYPE = "ledger.opened"
 
     strategy: str
-    harness: dict[str, Any]
-    """The initial harness as ``HarnessConfig.to_dict``."""
+    harness: HarnessSpec
+    """The initial harness (``HarnessConfig.spec()``)."""
     digest: str
     variant: str = "v0"
     settings: dict[str, Any] = {}
@@ -263,7 +264,8 @@ class HarnessShipped(LedgerEvent, frozen=True, kw_only=True):
     digest_before: str
     digest_after: str
     operations: tuple[AnyEditOp, ...]
-    harness: dict[str, Any]
+    harness: HarnessSpec
+    """The harness the operations made (``HarnessConfig.spec()``)."""
 
 
 class VariantForked(LedgerEvent, frozen=True, kw_only=True):
@@ -277,7 +279,8 @@ class VariantForked(LedgerEvent, frozen=True, kw_only=True):
     candidate: str
     digest: str
     operations: tuple[AnyEditOp, ...]
-    harness: dict[str, Any]
+    harness: HarnessSpec
+    """The harness the operations made (``HarnessConfig.spec()``)."""
     clusters: tuple[str, ...] = ()
     """The task clusters the new variant serves better."""
 

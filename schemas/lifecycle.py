@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from schemas.event import Event, Payload
+from schemas.event import Event, JsonObject, Payload
 
 AttemptStatus = Literal["completed", "interrupted", "budget_exhausted", "infra_failure"]
 SCORED_STATUSES: tuple[AttemptStatus, ...] = ("completed", "budget_exhausted")
@@ -20,8 +20,9 @@ class RunStarted(Event, frozen=True, kw_only=True):
     run_id: str
     kind: str = "rollout"
     """What the run does: ``rollout``, ``evolve``, ``train``, ``demo``."""
-    config: dict[str, Any] = {}
-    """The run's settings, secrets excluded."""
+    config: JsonObject = {}
+    """The run's settings, secrets excluded: their keys depend on ``kind`` (a rollout records its harness in full
+    under ``harness_config``)."""
     seed: int = 0
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from schemas.event import Payload
+from schemas.event import JsonObject, Payload
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -16,8 +16,8 @@ class ToolCall(Payload, frozen=True, kw_only=True):
     """Identifier the model gave the call, echoed by the result."""
     name: str
     """The tool's name."""
-    input: dict[str, Any]
-    """Arguments, as JSON-compatible values."""
+    input: JsonObject
+    """Arguments, as JSON-compatible values: the shape is the tool's ``input_schema``, not hx's."""
 
 
 class ToolSchema(Payload, frozen=True, kw_only=True):
@@ -25,7 +25,8 @@ class ToolSchema(Payload, frozen=True, kw_only=True):
 
     name: str
     description: str = ""
-    input_schema: dict[str, Any] = {}
+    input_schema: JsonObject = {}
+    """A JSON Schema (open: JSON Schema is its own language)."""
 
 
 class ToolResult(Payload, frozen=True, kw_only=True):
@@ -35,8 +36,9 @@ class ToolResult(Payload, frozen=True, kw_only=True):
     name: str
     output: str
     is_error: bool = False
-    data: dict[str, Any] = {}
-    """Structured extras (environment score, flags), kept out of the text the model sees."""
+    data: JsonObject = {}
+    """Structured extras (environment score, flags), kept out of the text the model sees: each tool and benchmark
+    adapter has its own."""
 
 
 class Message(Payload, frozen=True, kw_only=True):
@@ -99,4 +101,5 @@ class TaskSpec(Payload, frozen=True, kw_only=True):
     benchmark: str = ""
     split: str = ""
     seed: int = 0
-    meta: dict[str, Any] = {}
+    meta: JsonObject = {}
+    """What the benchmark adapter knows of the task (game, variation, level...): each adapter has its own."""

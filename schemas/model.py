@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from schemas.event import Event
+from schemas.event import Event, JsonObject
 from schemas.messages import History, Message, TokenLogprob, ToolCall, ToolSchema, Usage
 
 ModelErrorKind = Literal["rate_limit", "authentication", "context_length", "connection", "server", "other"]
@@ -25,8 +25,9 @@ class ModelRequest(Event, frozen=True, kw_only=True):
     step: int
     messages: tuple[Message, ...] = ()
     tools: tuple[ToolSchema, ...] = ()
-    params: dict[str, Any] = {}
-    """Sampling parameters (temperature, max tokens, seed)."""
+    params: JsonObject = {}
+    """Sampling parameters (temperature, max tokens, seed) as the role's provider takes them: each provider has its
+    own options."""
     try_index: int = 0
     """Which try this is within the role's retry and fallback chain."""
     history: History | None = None

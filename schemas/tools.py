@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from schemas.event import Event
+from schemas.event import Event, JsonObject
 from schemas.messages import ToolCall, ToolResult
 
 
@@ -40,7 +38,9 @@ class EnvObservation(Event, frozen=True, kw_only=True):
     done: bool = False
     success: bool = False
     failure: bool = False
-    info: dict[str, Any] = {}
+    info: JsonObject = {}
+    """What the environment reported besides the observation (the action, whether it was invalid, the game's own
+    fields): each benchmark adapter has its own."""
 
 
 class VerifierScore(Event, frozen=True, kw_only=True):

@@ -49,7 +49,7 @@ class LedgerRun:
 
     def __init__(self, harness: HarnessConfig = STARTER, run_id: str = "ledger-run") -> None:
         self.run_id = run_id
-        self.records: list[LedgerEvent] = [LedgerOpened(run_id=run_id, strategy="ensemble", harness=harness.to_dict(),
+        self.records: list[LedgerEvent] = [LedgerOpened(run_id=run_id, strategy="ensemble", harness=harness.spec(),
                                                         digest=harness.digest)]
 
     @property
@@ -98,7 +98,7 @@ class LedgerRun:
         after = apply(before, cand.operations)
         self.records.append(HarnessShipped(run_id=self.run_id, round=round, variant=variant, candidates=(cid,),
                                            digest_before=before.digest, digest_after=after.digest,
-                                           operations=cand.operations, harness=after.to_dict()))
+                                           operations=cand.operations, harness=after.spec()))
 
     def ship(self, round: int, cid: str, ops: tuple[AnyEditOp, ...], flips: Sequence[str]) -> None:
         """Propose and ship in one go."""
@@ -112,7 +112,7 @@ class LedgerRun:
         harness = apply(self.state.variants["v0"].harness, cand.operations)
         self.records.append(VariantForked(run_id=self.run_id, round=round, parent="v0", variant=variant, candidate=cid,
                                           digest=harness.digest, operations=cand.operations,
-                                          harness=harness.to_dict(), clusters=clusters))
+                                          harness=harness.spec(), clusters=clusters))
 
     def judged(self, round: int, concern: str, banned: tuple[str, ...]) -> None:
         """Record a critic's verdict with a strategy concern."""

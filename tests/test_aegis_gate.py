@@ -373,7 +373,7 @@ def proposal(cid: str, ops: tuple[AnyEditOp, ...], flips: Sequence[str], categor
 
 def opened() -> LedgerOpened:
     """The first record of a run on the starter harness."""
-    return LedgerOpened(run_id="gate-run", strategy="ensemble", harness=BASE.to_dict(), digest=BASE.digest)
+    return LedgerOpened(run_id="gate-run", strategy="ensemble", harness=BASE.spec(), digest=BASE.digest)
 
 
 def test_a_prediction_is_supported_by_a_failing_task_of_a_claimed_category() -> None:
@@ -430,7 +430,7 @@ class Ledger:
         self.records.append(candidate(ops, base=self.harness, m=manifest(flips), candidate=cid, round=round))
         self.records.append(HarnessShipped(run_id="gate-run", round=round, variant="v0", candidates=(cid,),
                                            digest_before=self.harness.digest, digest_after=after.digest,
-                                           operations=ops, harness=after.to_dict()))
+                                           operations=ops, harness=after.spec()))
         self.harness = after
 
     def outcome(self, round: int, passed: Sequence[str], failed: Sequence[str]) -> None:

@@ -123,7 +123,7 @@ def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def context(round: int = 1, *records: LedgerEvent) -> Context:
-    state = RunState.of([LedgerOpened(run_id=RUN, strategy="global", harness=HARNESS.to_dict(),
+    state = RunState.of([LedgerOpened(run_id=RUN, strategy="global", harness=HARNESS.spec(),
                                       digest=HARNESS.digest), *records])
     return Context(round, state, plan(state, round, DIGESTS), DIGESTS)
 

@@ -110,7 +110,7 @@ async def evolution(conn: Connection, run_id: str, stages: list[Any]) -> Evoluti
     bench = ToyWorld()
     the_job = job(run_id, bench, rounds=1)
     ledger = Ledger(conn, run_id)
-    await ledger.start(LedgerOpened(run_id=run_id, strategy="ensemble", harness=starter_harness("textworld").to_dict(),
+    await ledger.start(LedgerOpened(run_id=run_id, strategy="ensemble", harness=starter_harness("textworld").spec(),
                                     digest=starter_harness("textworld").digest,
                                     settings=msgspec.to_builtins(the_job.public()),
                                     heldout_digest=Splits.of(the_job.adaptation, the_job.heldout).heldout_digest))

@@ -129,7 +129,7 @@ def build_ledger() -> tuple[list[LedgerEvent], dict[str, str]]:
                             operations=broken, buckets=("processor",), manifest=Manifest(predicted_flips=(D,)),
                             base_digest=h1.digest, digest="", risk=0.1, build_error=why)
     games = (GameScore(game="toy:walk", tasks=6, pass_at_1=0.25, pass_at_2=0.5),)
-    ledger = EvolutionLedger(LedgerOpened(run_id=RUN, strategy="ensemble", harness=h0.to_dict(), digest=h0.digest,
+    ledger = EvolutionLedger(LedgerOpened(run_id=RUN, strategy="ensemble", harness=h0.spec(), digest=h0.digest,
                                           settings=settings, heldout_digest="sha256:heldout"))
 
     def append(*events: LedgerEvent) -> None:
@@ -157,7 +157,7 @@ def build_ledger() -> tuple[list[LedgerEvent], dict[str, str]]:
                           TaskFlip(task=A, before=True, after=True, attempts=2, passes=2),
                           TaskFlip(task=B, before=False, after=True, attempts=2, passes=1))))
     append(HarnessShipped(run_id=RUN, round=0, variant="v0", candidates=("C-R0-01",), digest_before=h0.digest,
-                          digest_after=h1.digest, operations=pruner, harness=h1.to_dict()))
+                          digest_after=h1.digest, operations=pruner, harness=h1.spec()))
     append(RoundDecided(run_id=RUN, round=0, outcome="shipped", reason="shipped C-R0-01", shipped=("C-R0-01",),
                         metrics=RoundMetrics(tasks=4, passes=2, pass_at_k=0.5, rollouts=18,
                                              lever_mix={"processor": 1})))
@@ -173,7 +173,7 @@ def build_ledger() -> tuple[list[LedgerEvent], dict[str, str]]:
                       checks=checks("seesaw", "1 solved task(s) lost against 2 gained"), first_failure="seesaw",
                       outcome="fork", clusters=("toy:easy",), trace_rounds=(5,)))
     append(VariantForked(run_id=RUN, round=1, parent="v0", variant="v1", candidate="C-R1-01", digest=h2.digest,
-                         operations=objects, harness=h2.to_dict(), clusters=("toy:easy",)))
+                         operations=objects, harness=h2.spec(), clusters=("toy:easy",)))
     append(RoundDecided(run_id=RUN, round=1, outcome="shipped", reason="shipped a fork", metrics=RoundMetrics(
         tasks=4, passes=2, pass_at_k=0.5, predicted=1, realised=1, attribution=1.0, regressions=1, rollouts=12,
         lever_mix={"processor": 2})))

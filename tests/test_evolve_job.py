@@ -42,6 +42,13 @@ def as_json(value: object) -> Any:
     return json.loads(msgspec.json.encode(value))
 
 
+def algorithm_named(coevolve: dict[str, Any]) -> dict[str, Any]:
+    """Old co-evolution settings as they read back since learner algorithms were named: ``grpo`` is the algorithm."""
+    learner = dict(coevolve["learner"])
+    learner["algorithm"] = {"name": "grpo", **learner.pop("grpo")}
+    return {**coevolve, "learner": learner}
+
+
 @pytest.mark.parametrize("name", sorted(FLAT))
 def test_a_job_recorded_flat_before_issue_34_loads_as_the_same_job(name: str) -> None:
     """Every field of the flat record lands where the nested job keeps it, the co-evolution's settings typed."""
@@ -52,7 +59,7 @@ def test_a_job_recorded_flat_before_issue_34_loads_as_the_same_job(name: str) ->
     assert job.loop == EvolveSettings(**flat["settings"])
     assert job.coevolving == bool(flat["coevolve"])
     if flat["coevolve"]:
-        assert as_json(job.coevolve) == flat["coevolve"]  # type: ignore[attr-defined]
+        assert as_json(job.coevolve) == algorithm_named(flat["coevolve"])  # type: ignore[attr-defined]
     else:
         assert type(job) is EvolveJob
 
@@ -66,13 +73,13 @@ def test_the_made_pre34_jobs_read_back_with_the_values_they_were_made_with() -> 
     assert (job.evolver, job.meta_model, job.model) == ("llm", "anthropic:claude-sonnet-4-6",
                                                         "openai:gpt-x@http://***@h/v1")
     assert job.heldout == ("toyworld:rooms:train:0", "toyworld:bell:train:0")
-    assert HarnessConfig.from_dict(job.harness).digest == starter_harness("textworld").digest
+    assert HarnessConfig.from_spec(job.harness).digest == starter_harness("textworld").digest
     co = recorded_job(PRE34["made"]["coevolve"])
     assert co.coevolving and co.rollout == job.rollout and co.loop == job.loop
     settings: Any = co.coevolve  # type: ignore[attr-defined]
     assert (settings.mode, settings.budget, settings.policy_gate, settings.rest_barren) == ("model", 900, True, 2)
     assert (settings.learner.kind, settings.learner.config, settings.learner.window) == ("lm", {"layers": 2}, 3)
-    assert (settings.learner.grpo.learning_rate, settings.learner.grpo.epochs) == (0.02, 2)
+    assert (settings.learner.algorithm.learning_rate, settings.learner.algorithm.epochs) == (0.02, 2)
 
 
 def test_a_new_job_is_recorded_nested_and_reads_back_equal() -> None:
@@ -85,10 +92,10 @@ def test_a_new_job_is_recorded_nested_and_reads_back_equal() -> None:
     assert data["rollout"] == {"attempts": 1, "concurrency": 4, "max_steps": 9, "seed": 4, "timeout_s": 3.0}
     assert data["loop"]["rounds"] == 2 and data["loop"]["alpha"] == 0.2
     assert not {*ROLLOUT_FIELDS, "settings", "coevolve"} & set(data)
-    assert recorded_job(data) == job and not job.coevolving
+    assert msgspec.structs.replace(recorded_job(data), harness=job.harness) == job and not job.coevolving
     back = recorded_job(as_json(data))  # as the ledger's JSON gives it back: the harness's tuples as lists
     assert msgspec.structs.replace(back, harness=job.harness) == job
-    assert HarnessConfig.from_dict(back.harness).digest == HarnessConfig.from_dict(job.harness).digest
+    assert HarnessConfig.from_spec(back.harness).digest == HarnessConfig.from_spec(job.harness).digest
 
 
 def test_a_ledger_opened_flat_resumes_and_verifies(nats_url: str, tmp_path: Path) -> None:
@@ -107,7 +114,7 @@ def test_a_ledger_opened_flat_resumes_and_verifies(nats_url: str, tmp_path: Path
             ledger = Ledger(conn, "pre34-flat", LedgerKey.of(data))
             try:
                 await ledger.start(LedgerOpened(run_id="pre34-flat", strategy=flat["settings"]["strategy"],
-                                                harness=harness.to_dict(), digest=harness.digest, settings=flat,
+                                                harness=harness.spec(), digest=harness.digest, settings=flat,
                                                 heldout_digest=heldout_digest))
             finally:
                 await ledger.close()

@@ -22,6 +22,7 @@ from hx.aegis.session import recorded_job as read_job
 from hx.runtime.models import restore_spec
 from hx.runtime.providers.base import CallContext, ModelSpecError, make_provider
 from schemas.envelope import HX_ENCODING, inflate
+from schemas.harness import HarnessSpec
 from schemas.ledger import LedgerOpened, ledger_digest
 from schemas.lifecycle import RunStarted
 from schemas.messages import Message
@@ -202,7 +203,7 @@ async def test_the_log_masks_url_credentials_with_nothing_registered(nats_url: s
 async def test_the_ledger_masks_a_secret_before_chaining_it(nats_url: str) -> None:
     """The ledger refuses delete and purge: a secret must never reach it, and the chain must still hold."""
     secret = f"never-registered-{uuid.uuid4().hex}"
-    opened = LedgerOpened(run_id="led", strategy="ensemble", harness={}, digest="sha256:0",
+    opened = LedgerOpened(run_id="led", strategy="ensemble", harness=HarnessSpec(), digest="sha256:0",
                           settings={"model": f"openai:m@http://u:{secret}@h/v1"})
     async with connect(NatsSettings(url=nats_url)) as conn:
         ledger = Ledger(conn, "led")

@@ -14,6 +14,7 @@ from hx.aegis.state import LedgerInvalid, RunState
 from projections.ledger import RunLedger
 from projections.ledger_reader import EditLedger
 from schemas.envelope import Record, encode_body
+from schemas.harness import HarnessSpec
 from schemas.landscape import Landscape
 from schemas.ledger import (
     LEDGER_EVENTS,
@@ -167,17 +168,18 @@ def test_old_events_digest_to_the_bytes_they_were_chained_by() -> None:
         settings: dict[str, Any] = {}
         heldout_digest: str = ""
 
-    harness = {"b": 1, "a": {"z": [1.5, 2], "c": "x"}}
+    params = {"b": 1, "a": {"z": [1.5, 2], "c": "x"}}
+    harness = {"processors": [{"type": "t", "hooks": ["task_start"], "params": params}], "slots": {"workspace": "w"}}
     old = msgspec.msgpack.Encoder(order="deterministic").encode(OpenedV1(run_id="r", strategy="global",
                                                                          harness=harness, digest="d"))
-    now = LedgerOpened(run_id="r", strategy="global", harness=harness, digest="d")
+    now = LedgerOpened(run_id="r", strategy="global", harness=msgspec.convert(harness, HarnessSpec), digest="d")
     assert ledger_digest(now) == "sha256:" + hashlib.sha256(b"ledger.opened\0" + old).hexdigest()
     assert msgspec.msgpack.decode(old, type=LedgerOpened) == now  # and its body reads as the current version
 
 
 def test_a_signature_signs_the_digest_and_is_left_out_of_it() -> None:
     key = LedgerKey.generate()
-    opened = LedgerOpened(run_id="r", strategy="global", harness={}, digest="d", public_key=key.public_key)
+    opened = LedgerOpened(run_id="r", strategy="global", harness=HarnessSpec(), digest="d", public_key=key.public_key)
     signed = msgspec.structs.replace(opened, signature=key.sign(ledger_digest(opened)))
     assert ledger_digest(signed) == ledger_digest(opened)
     assert verify(key.public_key, ledger_digest(signed), signed.signature) == ""

@@ -254,7 +254,7 @@ def test_a_run_that_does_not_exist_is_a_one_line_error(nats_url: str, tmp_path: 
 def test_a_run_with_no_round_yet_still_has_every_figure() -> None:
     """A ledger just opened (a run that has not finished its first round) reports empty axes, not a failure."""
     harness = HarnessConfig()
-    data = ReportData.of([LedgerOpened(run_id="just-opened", strategy="global", harness=harness.to_dict(),
+    data = ReportData.of([LedgerOpened(run_id="just-opened", strategy="global", harness=harness.spec(),
                                        digest=harness.digest)])
     plots = figures(data)
     assert [p.name for p in plots] == EVOLVE_FIGURES and data.rounds == [] and data.heldout == []

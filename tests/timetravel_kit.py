@@ -30,6 +30,7 @@ from hx.harnesses import starter_harness
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
 from schemas.edits import Attach, Manifest
+from schemas.identities import PolicyVersion
 from schemas.landscape import TaskDigest
 from schemas.learn import PolicyGated, PolicyUpdated
 from schemas.ledger import (
@@ -115,7 +116,7 @@ async def build_run(url: str, run: str = RUN) -> BuiltRun:
     async with connect(NatsSettings(url=url)) as conn:
         ledger = Ledger(conn, run)
         try:
-            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.to_dict(), digest=h0.digest,
+            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.spec(), digest=h0.digest,
                                             settings=job))
             first = Rollout(bench, RANDOM, h0, log=conn.log, settings=SETTINGS)
             await first.start(run, kind="evolve")
@@ -128,17 +129,19 @@ async def build_run(url: str, run: str = RUN) -> BuiltRun:
             c1, c2 = proposal("C-R0-01", h0, EDIT_1, failing[:1], run), proposal("C-R0-02", h1, EDIT_2, failing, run)
             await ledger.append(c1, passed(c1), HarnessShipped(
                 run_id=run, round=0, variant="v0", candidates=("C-R0-01",), digest_before=h0.digest,
-                digest_after=h1.digest, operations=EDIT_1, harness=h1.to_dict()))
+                digest_after=h1.digest, operations=EDIT_1, harness=h1.spec()))
             await ledger.append(c2, passed(c2), HarnessShipped(
                 run_id=run, round=0, variant="v0", candidates=("C-R0-02",), digest_before=h1.digest,
-                digest_after=h2.digest, operations=EDIT_2, harness=h2.to_dict()))
+                digest_after=h2.digest, operations=EDIT_2, harness=h2.spec()))
             await ledger.append(RoundDecided(run_id=run, round=0, outcome="shipped", shipped=("C-R0-01", "C-R0-02"),
                                              metrics=metrics(d0)))
             # A learner's pass after round 0, as a co-evolution run records it (the agent stays random here).
             await conn.log.append(f"hx.learn.{run}.default", PolicyUpdated(
-                run_id=run, through_round=0, rounds=(0,), parent="policy-0", version="policy-1", steps=1))
+                run_id=run, through_round=0, rounds=(0,), parent=PolicyVersion("policy-0"),
+                version=PolicyVersion("policy-1"), steps=1))
             await conn.log.append(f"hx.learn.{run}.default", PolicyGated(  # and its policy gate's verdict
-                run_id=run, through_round=0, candidate="policy-1", parent="policy-0", adopted=False, solved=3,
+                run_id=run, through_round=0, candidate=PolicyVersion("policy-1"), parent=PolicyVersion("policy-0"),
+                adopted=False, solved=3,
                 lost=(REGRESSED,), rollouts=8))
             second = Rollout(bench, RANDOM, h2, log=conn.log, settings=SETTINGS)
             out1 = await second.run_round(run, 1, TASKS, label=RoundLabel(purpose="main", variant="v0",
@@ -165,7 +168,7 @@ async def build_ledger_run(url: str, run: str, before: dict[str, tuple[int, int]
     async with connect(NatsSettings(url=url)) as conn:
         ledger = Ledger(conn, run)
         try:
-            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.to_dict(), digest=h0.digest,
+            await ledger.start(LedgerOpened(run_id=run, strategy="global", harness=h0.spec(), digest=h0.digest,
                                             settings={"run_id": run, "model": "random:", "attempts": 2}))
             for n, passes in enumerate((before, after)):
                 d = digests(passes)

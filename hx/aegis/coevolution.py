@@ -51,6 +51,7 @@ from hx.aegis.trials import Trials
 from hx.learner.store import PolicyStore
 from hx.learner.trainer import Learner, LearnerSettings
 from projections.ledger import RunLedger
+from schemas.identities import PolicyVersion, policy_spec, short
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import RoundDecided
 
@@ -103,7 +104,7 @@ class Coevolution:
         return cls(learner, trials, settings, ledger, rollouts=spent)
 
     @property
-    def version(self) -> str:
+    def version(self) -> PolicyVersion:
         """The policy the rollouts use now."""
         return self.learner.position.version
 
@@ -130,7 +131,7 @@ class Coevolution:
 
     def _use(self) -> None:
         # only the task agent changes: judge, other roles, fallbacks and parameters stay as configured
-        self.trials.models = msgspec.structs.replace(self.trials.models, main=f"policy:{self.version}")
+        self.trials.models = msgspec.structs.replace(self.trials.models, main=policy_spec(self.version))
 
     async def _update(self) -> None:
         record = await self.learner.update()
@@ -151,7 +152,7 @@ class Coevolution:
         solved = 0
         if digested is not None:
             self.trials.stage_round = digested.round
-            models = msgspec.structs.replace(self.trials.models, main=f"policy:{update.version}")
+            models = msgspec.structs.replace(self.trials.models, main=policy_spec(update.version))
             for name, variant in sorted(state.live().items()):
                 # Only what the parent solved in every attempt: a near-uniform policy solves many tasks by
                 # luck, and no policy, however good, repeats every lucky draw (the gate would reject all).
@@ -160,7 +161,7 @@ class Coevolution:
                     continue
                 solved += len(tasks)
                 gone, trace_rounds = await self.trials.kept(variant.harness, name, tasks, models,
-                                                            candidate=f"policy:{update.version[:12]}")
+                                                            candidate=policy_spec(short(update.version)))
                 lost += gone
                 rounds += trace_rounds
         spent = self.trials.rollouts - before

@@ -17,13 +17,14 @@ It is recorded in ``LedgerOpened.settings`` as nested plain data, so a resumed r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import msgspec
 
 from hx.aegis.settings import EvolveSettings
 from hx.environments.rollout import RolloutSettings
 from hx.runtime.models import restore_spec
+from schemas.harness import HarnessSpec
 from streams.redaction import scrub
 
 if TYPE_CHECKING:  # only typed here: the learner brings JAX, which plain evolution runs never load
@@ -74,8 +75,8 @@ class EvolveJob(msgspec.Struct, frozen=True, kw_only=True):
     heldout: tuple[str, ...]
     """The frozen held-out task ids (only ever evaluated)."""
     model: str = "random:"
-    harness: dict[str, Any] = {}
-    """The initial harness (``HarnessConfig.to_dict``)."""
+    harness: HarnessSpec = HarnessSpec()
+    """The initial harness."""
     harness_source: str = ""
     evolver: str = "offline"
     meta_model: str = ""

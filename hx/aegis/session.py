@@ -80,8 +80,8 @@ async def forbidden_texts(benches: Sequence[Benchmark], tasks: Sequence[str]) ->
     """What no candidate may contain: the run's task ids and their reference solutions."""
     by_name = {b.name: b for b in benches}
     solutions = []
-    for tid in tasks:
-        task = by_name[TaskId.parse(tid).benchmark].make_task(TaskId.parse(tid))
+    for tid in map(TaskId.parse, tasks):
+        task = by_name[tid.benchmark].make_task(tid)
         try:
             await task.reset()
             solutions.append(task.solution())
@@ -130,9 +130,9 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
                 raise LedgerError(f"run {job.run_id!r} has no ledger to resume")
         else:
             await _claim_trace(conn, job)
-            harness = HarnessConfig.from_dict(job.harness)
+            harness = HarnessConfig.from_spec(job.harness)
             await ledger.start(LedgerOpened(run_id=job.run_id, strategy=job.loop.strategy,
-                                            harness=harness.to_dict(), digest=harness.digest,
+                                            harness=harness.spec(), digest=harness.digest,
                                             settings=msgspec.to_builtins(job.public()),
                                             heldout_digest=splits.heldout_digest))
         roles = await round_roles(conn.log, job.run_id)
@@ -193,7 +193,7 @@ def new_job(run_id: str, benches: Sequence[Benchmark], request: EvolveRequest, *
     choice = request.tasks
     dev, test = task_lists(benches, choice.benches, choice.adaptation, choice.heldout, choice.heldout_split)
     job = EvolveJob(run_id=run_id, benches=tuple(choice.benches), adaptation=tuple(dev), heldout=tuple(test),
-                    model=request.model, harness=harness.to_dict(), harness_source=harness_source,
+                    model=request.model, harness=harness.spec(), harness_source=harness_source,
                     evolver=request.evolver, meta_model=request.meta_model, rollout=request.rollout, loop=request.loop)
     if request.coevolve is None:
         return job

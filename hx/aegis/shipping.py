@@ -52,7 +52,7 @@ async def ship(run: Run, t: int, variant: str, cands: Sequence[CandidateProposed
         harness = apply(base, ops)
     await run.append(HarnessShipped(run_id=run.run_id, round=t, variant=variant,
                                     candidates=tuple(c.candidate for c in cands), digest_before=base.digest,
-                                    digest_after=harness.digest, operations=ops, harness=harness.to_dict()))
+                                    digest_after=harness.digest, operations=ops, harness=harness.spec()))
 
 
 async def fork(run: Run, t: int, cand: CandidateProposed, verdict: Verdict, state: RunState, *, max_variants: int,
@@ -68,7 +68,7 @@ async def fork(run: Run, t: int, cand: CandidateProposed, verdict: Verdict, stat
     harness = apply(state.variants[cand.variant].harness, cand.operations)
     await run.append(VariantForked(run_id=run.run_id, round=t, parent=cand.variant, variant=fork_name(state),
                                    candidate=cand.candidate, digest=harness.digest, operations=cand.operations,
-                                   harness=harness.to_dict(), clusters=verdict.clusters))
+                                   harness=harness.spec(), clusters=verdict.clusters))
 
 
 async def ship_approved(run: Run, t: int, *, max_variants: int, digests: Mapping[str, Sequence[TaskDigest]]) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from hx.harness.config import HarnessConfig
 from projections.ledger import RunLedger
 from projections.ledger_records import CandidateRecord, Ship
 from schemas.errors import HxError
+from schemas.harness import HarnessSpec
 from schemas.landscape import Regression, TaskDigest
 from schemas.ledger import LedgerEvent, LedgerOpened, RoundDecided
 
@@ -66,11 +66,11 @@ class RunState:
         if fault is not None:
             raise LedgerInvalid(f"the ledger of run {self.ledger.run_id or record.run_id!r} does not fold: {fault}")
 
-    def harness(self, digest: str, recorded: dict[str, Any]) -> HarnessConfig:
+    def harness(self, digest: str, recorded: HarnessSpec) -> HarnessConfig:
         """The harness the ledger recorded under ``digest``, built once."""
         built = self._built.get(digest)
         if built is None:
-            built = self._built[digest] = HarnessConfig.from_dict(recorded)
+            built = self._built[digest] = HarnessConfig.from_spec(recorded)
         return built
 
     # --- the fold, as the stages read it --------------------------------------------------------

@@ -19,6 +19,7 @@ from hx.aegis.settings import COEVOLVE_MODES
 from hx.cli._app import App, pass_app
 from hx.cli.evolve import evolve_command, evolve_main, evolve_request
 from hx.cli.learn import learner_options, learner_settings
+from schemas.identities import fresh_policy_spec
 
 _NOT_HERE = {"model"}  # the task agent is the trained policy
 
@@ -59,7 +60,7 @@ def coevolve_command(app: App, /, mode: str, budget: int, policy_gate: bool, lea
                                 policy_gate=policy_gate, learn_after_stall=learn_after_stall,
                                 rest_barren=rest_barren)
     # on --resume the recorded policy spec stands (it holds no credentials to give back)
-    options["model"] = None if options["resume_id"] else f"policy:{learner.kind}"
+    options["model"] = None if options["resume_id"] else fresh_policy_spec(learner.kind)
     evolve_main(app, evolve_request(options, coevolve=settings), **options)
 
 

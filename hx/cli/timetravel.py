@@ -58,7 +58,7 @@ def state_json(at: RunAt) -> dict[str, Any]:
     return {
         "run": at.run, "as_of": str(at.as_of), "ledger_seq": at.ledger_seq, "round": at.round, "k": at.k,
         "harness": {v: {"digest": h.digest, "since_round": h.round, "seq": h.seq, "candidates": h.candidates,
-                        "processors": [str(p.get("type", "")) for p in h.harness.get("processors", [])]}
+                        "processors": [p.type for p in h.harness.processors]}
                     for v, h in sorted(at.harnesses.items())},
         "ran": {v: h.digest for v, h in sorted(at.ran.items())},
         "tasks": [{"task": t.task, "rounds": {str(n): {"attempts": t.rounds[n].n, "passes": t.rounds[n].passes}

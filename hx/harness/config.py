@@ -24,32 +24,16 @@ import yaml
 from hx.harness.errors import CompositionError
 from hx.harness.ordering import check_dependencies, resolve_order
 from hx.harness.processor import Processor, build, processor_type
+from schemas.harness import HarnessSpec, ProcessorSpec, Slots
 from schemas.hooks import HOOK_NAMES, HookName
+
+__all__ = ["Attachment", "Format", "HarnessConfig", "Slots"]
 
 Format = Literal["json", "yaml", "toml"]
 
 
-class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """Resources shared by the processors of one run (the paper's S)."""
-
-    tools: tuple[str, ...] = ()
-    """Extra tools from the tool registry offered besides the task's own."""
-    tracer: Literal["log", "none"] = "log"
-    """Where hook events go: the event log, or nowhere (benchmarks of the loop itself)."""
-    workspace: str = ""
-    """Root directory of per-attempt workspaces; empty means a temporary directory."""
-    sandbox: Literal["subprocess", "none"] = "subprocess"
-    """How code-running tools are isolated."""
-    plugins: tuple[str, ...] = ()
-    """Modules imported before the harness is built, to register processors and tools."""
-
-
-class Attachment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """One processor in a harness: its type, its parameters, and the hooks it serves."""
-
-    type: str
-    hooks: tuple[HookName, ...]
-    params: dict[str, Any] = {}
+class Attachment(ProcessorSpec, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One processor in a harness (its type, its parameters, the hooks it serves), with its class at hand."""
 
     def cls(self) -> builtins.type[Processor]:
         """The processor class."""
@@ -85,6 +69,16 @@ def _attachment(hooks: tuple[HookName, ...], processor: Processor) -> Attachment
                 f"processor {cls.type_name()!r} cannot attach to {hook!r}: its process() accepts "
                 f"{', '.join(accepted)} events")
     return Attachment(type=cls.type_name(), hooks=hooks, params=processor.params())
+
+
+# The order a harness is read in (type first), as it was written before the schema's fields went into name
+# order: TOML files and the LLM evolver's prompt (YAML unsorted) show it; JSON, YAML files and digests sort keys.
+_PROCESSOR_KEYS = ("type", "hooks", "params")
+_SLOT_KEYS = ("tools", "tracer", "workspace", "sandbox", "plugins")
+
+
+def _in_order(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {**{k: data[k] for k in keys if k in data}, **data}  # a key not listed keeps its place after them
 
 
 _FORMATS: dict[str, Format] = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
@@ -214,10 +208,19 @@ class HarnessConfig:
 
     # --- serialisation --------------------------------------------------------------
 
+    def spec(self) -> HarnessSpec:
+        """The harness as data, as ledger events carry it: processors in attach order, and slots."""
+        return HarnessSpec(processors=self._attachments, slots=self._slots)
+
+    @classmethod
+    def from_spec(cls, spec: HarnessSpec, *, where: str = "harness config") -> HarnessConfig:
+        """Build and validate a config from a recorded ``HarnessSpec``, naming ``where`` in errors."""
+        return cls.from_dict(msgspec.to_builtins(spec), where=where)
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain data: processors in attach order, and slots."""
-        return {"processors": [msgspec.to_builtins(a) for a in self._attachments],
-                "slots": msgspec.to_builtins(self._slots)}
+        """Plain data: processors in attach order, and slots (``spec()`` as builtins, keys in reading order)."""
+        return {"processors": [_in_order(msgspec.to_builtins(a), _PROCESSOR_KEYS) for a in self._attachments],
+                "slots": _in_order(msgspec.to_builtins(self._slots), _SLOT_KEYS)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, where: str = "harness config") -> HarnessConfig:

@@ -15,12 +15,12 @@ edit an operation is (its bucket, dimensions, risk) is the evolver's business
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import build
 from schemas.edits import AnyEditOp, Attach, Remove, Replace
+from schemas.event import JsonObject
 
 
 def apply(base: HarnessConfig, operations: Sequence[AnyEditOp]) -> HarnessConfig:
@@ -44,7 +44,7 @@ def _apply_one(config: HarnessConfig, op: AnyEditOp) -> HarnessConfig:
     current = next((a for a in config.attachments if a.group() == op.group), None)
     if current is None:
         raise CompositionError(f"no processor in singleton group {op.group!r} to re-parameterise")
-    params: dict[str, Any] = {**current.params, **op.params}
+    params: JsonObject = {**current.params, **op.params}
     return config.replace(op.group, build(current.type, params))
 
 

@@ -32,6 +32,7 @@ from safetensors.numpy import save as save_tensors
 
 from hx.learner import orbax_params
 from hx.learner.policy import Policy, PolicyError, policy_kind
+from schemas.identities import PolicyVersion
 from streams.log import EventLog
 from streams.topology import BLOB_STORE
 
@@ -78,15 +79,15 @@ def files_of(policy: Policy) -> dict[str, bytes]:
     return {CONFIG: config, WEIGHTS: save_tensors(tensors), **policy.files()}
 
 
-def version_of(files: Mapping[str, bytes]) -> str:
+def version_of(files: Mapping[str, bytes]) -> PolicyVersion:
     """The content address of a checkpoint: sha256 over its files' names and sha256s, in name order."""
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(f"{name}\x1f{hashlib.sha256(files[name]).hexdigest()}\n".encode())
-    return h.hexdigest()
+    return PolicyVersion(h.hexdigest())
 
 
-def version(policy: Policy) -> str:
+def version(policy: Policy) -> PolicyVersion:
     """The version of a policy's current parameters."""
     return version_of(files_of(policy))
 
@@ -130,7 +131,8 @@ def from_files(files: Mapping[str, bytes], where: str) -> Policy:
     return _with_params(policy, tensors, where)
 
 
-def save(policy: Policy, directory: str | Path, *, format: Literal["safetensors", "orbax"] = "safetensors") -> str:
+def save(policy: Policy, directory: str | Path, *,
+         format: Literal["safetensors", "orbax"] = "safetensors") -> PolicyVersion:
     """Write a policy to a checkpoint directory, its weights as safetensors or Orbax; its version (the same for both).
 
     The other form's weights, if the directory held them, are removed: the directory holds one checkpoint.
@@ -176,7 +178,7 @@ def create(kind: str, config: Mapping[str, Any] | None = None, *, seed: int = 0)
     return policy_kind(kind).build(dict(config or {}), {}, seed=seed)
 
 
-async def store(log: EventLog, policy: Policy) -> tuple[str, int]:
+async def store(log: EventLog, policy: Policy) -> tuple[PolicyVersion, int]:
     """Put a policy's checkpoint in the object store; its version and size in bytes (a no-op when already there).
 
     The files go first and the index (``policy/<version>``, their names) last: a checkpoint
@@ -185,7 +187,7 @@ async def store(log: EventLog, policy: Policy) -> tuple[str, int]:
     return await store_files(log, files_of(policy))
 
 
-async def store_files(log: EventLog, files: Mapping[str, bytes]) -> tuple[str, int]:
+async def store_files(log: EventLog, files: Mapping[str, bytes]) -> tuple[PolicyVersion, int]:
     """``store`` for a checkpoint's files already made (``files_of``)."""
     ver = version_of(files)
     blobs = await log.js.object_store(BLOB_STORE)

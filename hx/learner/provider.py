@@ -20,7 +20,6 @@ copy is never trained in place.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,17 +36,16 @@ from hx.runtime.providers.base import (
     ProviderError,
 )
 from hx.runtime.providers.random import seed_for
+from schemas.identities import POLICY_SCHEME, PolicyVersion, is_version
 from schemas.messages import Message, ToolSchema, Usage
 from streams.log import EventLog
 from streams.topology import BLOB_STORE
 
-_HEX = re.compile(r"[0-9a-f]{8,64}")
 
-
-async def resolve_version(log: EventLog, prefix: str) -> str:
+async def resolve_version(log: EventLog, prefix: str) -> PolicyVersion:
     """The one stored policy version that starts with ``prefix``; ``PolicyError`` when none or several do."""
     if len(prefix) == 64:
-        return prefix
+        return PolicyVersion(prefix)
     blobs = await log.js.object_store(BLOB_STORE)
     try:
         names = [info.name for info in await blobs.list()]
@@ -57,13 +55,13 @@ async def resolve_version(log: EventLog, prefix: str) -> str:
     if len(found) != 1:
         raise PolicyError(f"policy version {prefix!r} matches {len(found)} stored checkpoints"
                           + (f": {', '.join(v[:12] for v in found)}" if found else ""))
-    return found[0]
+    return PolicyVersion(found[0])
 
 
 class PolicyProvider(Provider):
     """Answers with a trainable policy: a fresh one of a kind, a stored checkpoint, or a checkpoint directory."""
 
-    scheme = "policy"
+    scheme = POLICY_SCHEME
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
@@ -73,7 +71,7 @@ class PolicyProvider(Provider):
     @classmethod
     def check(cls, model: str, options: Mapping[str, Any]) -> None:
         """The spec names a kind, a version (hex) or a directory."""
-        if model in KINDS or "/" in model or _HEX.fullmatch(model):
+        if model in KINDS or "/" in model or is_version(model):
             return
         raise ModelSpecError(f"policy:{model!r}: expected a kind ({', '.join(sorted(KINDS))}), a checkpoint version "
                              "(at least 8 hex digits) or a checkpoint directory path")
@@ -85,11 +83,11 @@ class PolicyProvider(Provider):
             return f"{self.model}\x1f{self.options.get('init_seed', 0)}\x1f{self.options.get('config', {})}"
         return self.model
 
-    async def policy(self) -> tuple[Policy, str]:
+    async def policy(self) -> tuple[Policy, PolicyVersion]:
         """The policy this spec names and its version, loaded once per store."""
         self.check(self.model, self.options)
         key = self._key()
-        if key not in self.store and _HEX.fullmatch(self.model) and len(self.model) < 64:
+        if key not in self.store and is_version(self.model) and len(self.model) < 64:
             if self.log is None:
                 raise PolicyError(f"policy:{self.model}: loading a stored checkpoint needs the log")
             key = await resolve_version(self.log, self.model)
@@ -105,7 +103,7 @@ class PolicyProvider(Provider):
         else:
             if self.log is None:
                 raise PolicyError(f"policy:{self.model}: loading a stored checkpoint needs the log")
-            ver = key
+            ver = PolicyVersion(key)
             pol = await checkpoint.fetch(self.log, ver)
         self.store.put(key, pol, ver)
         if self.model != key:  # a prefix: the next call of this spec must not list the object store again

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from hx.learner.policy import Policy
+from schemas.identities import PolicyVersion
 
 CAPACITY = 4
 """Policies a store keeps: the rollouts' current one, its parent, a gate's candidate, a spare."""
@@ -29,16 +30,16 @@ class PolicyStore:
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
-        self._loaded: OrderedDict[str, tuple[Policy, str]] = OrderedDict()
+        self._loaded: OrderedDict[str, tuple[Policy, PolicyVersion]] = OrderedDict()
 
-    def put(self, key: str, policy: Policy, version: str) -> None:
+    def put(self, key: str, policy: Policy, version: PolicyVersion) -> None:
         """Keep ``policy`` (of ``version``) under ``key``, dropping the least recently used beyond the capacity."""
         self._loaded[key] = (policy, version)
         self._loaded.move_to_end(key)
         while len(self._loaded) > self.capacity:
             self._loaded.popitem(last=False)
 
-    def get(self, key: str) -> tuple[Policy, str] | None:
+    def get(self, key: str) -> tuple[Policy, PolicyVersion] | None:
         """The policy kept under ``key`` and its version (None: not kept), now the most recently used."""
         found = self._loaded.get(key)
         if found is not None:

@@ -45,6 +45,7 @@ from projections.buffer_snapshot import BufferState
 from projections.replay_buffer import ReplayBuffer, groups
 from projections.runner import ProjectionRunner
 from projections.trajectories import Trajectory
+from schemas.identities import NO_VERSION, PolicyVersion
 from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated, UpdateSkipped
 from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
@@ -103,8 +104,8 @@ def learn_subject(run_id: str, learner: str) -> str:
 class LearnerPosition:
     """Where a learner stands: its starting policy, its current policy, the round it trained through."""
 
-    initial: str = ""
-    version: str = ""
+    initial: PolicyVersion = NO_VERSION
+    version: PolicyVersion = NO_VERSION
     through_round: int = -1
     seq: int = 0
     """Trace sequence of the last record folded into the update."""
@@ -185,7 +186,7 @@ class Learner:
             raise PolicyError(f"learner {self.settings.learner!r} of run {self.run_id!r} began with {shown}; "
                               "resume it with those settings or give this one another --learner name")
 
-    async def _initialise(self) -> str:
+    async def _initialise(self) -> PolicyVersion:
         s = self.settings
         if s.init:
             policy = await checkpoint.fetch(self.log, await resolve_version(self.log, s.init))

@@ -41,6 +41,7 @@ from hx.replay.trace_rounds import TimeTravelError
 from hx.runtime.models import ModelConfig, restore_spec
 from projections.ledger import RunLedger
 from schemas.edits import AnyEditOp
+from schemas.identities import PolicyVersion, is_policy, policy_spec
 from schemas.job import nested_job
 from streams.log import EventLog
 from streams.redaction import scrub
@@ -148,14 +149,15 @@ def rerun_model(spec: str, before: Sequence[AttemptEvidence], after: Sequence[At
     versions_a = {v for a in before for v in a.versions}
     versions_b = {v for a in after for v in a.versions}
     # only the trainable policy changes under a run: another provider's version is not a checkpoint to load
-    policy = spec.startswith("policy:") or any(a.model.startswith("policy:") for a in before)
+    policy = is_policy(spec) or any(is_policy(a.model) for a in before)
     if not policy or not versions_a or versions_a == versions_b:
         return spec, "the run's model spec"
     if len(versions_a) == 1:
         [version] = versions_a
         # a co-evolution round runs one checkpoint: the policy provider loads it by version
-        return f"policy:{version}", (f"co-evolution run: round A's attempts ran policy version {version}, round B's "
-                                     f"{', '.join(sorted(versions_b)) or 'none logged'}")
+        why = (f"co-evolution run: round A's attempts ran policy version {version}, round B's "
+               f"{', '.join(sorted(versions_b)) or 'none logged'}")
+        return policy_spec(PolicyVersion(version)), why
     return spec, f"the run's model spec (round A's attempts ran several versions: {', '.join(sorted(versions_a))})"
 
 

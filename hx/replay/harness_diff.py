@@ -217,7 +217,7 @@ def harness_in(ledger: RunLedger, variant: str, round: int) -> HarnessConfig:
     version = ledger.as_of(round).get(variant)
     if version is None:
         raise TimeTravelError(f"variant {variant!r} did not exist in round {round}")
-    return HarnessConfig.from_dict(version.harness)
+    return HarnessConfig.from_spec(version.harness)
 
 
 def _slots(h: HarnessConfig) -> dict[str, Any]:

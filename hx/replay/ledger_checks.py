@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from hx.gate.rule import disagreement
 from hx.harness.config import HarnessConfig
@@ -33,6 +32,7 @@ from hx.harness.errors import CompositionError
 from projections.ledger import RunLedger
 from projections.ledger_records import HarnessVersion, LedgerEntry, ShipRecord
 from schemas.edits import AnyEditOp
+from schemas.harness import HarnessSpec
 from schemas.job import nested_job
 from schemas.ledger import HarnessShipped, VariantForked, ledger_digest
 from streams.signing import verify
@@ -178,9 +178,9 @@ def check_signatures(ledger: RunLedger) -> tuple[int, list[Problem]]:
 # --- the folds ----------------------------------------------------------------------------------
 
 
-def _built(recorded: dict[str, Any], what: str) -> tuple[HarnessConfig | None, str]:
+def _built(recorded: HarnessSpec, what: str) -> tuple[HarnessConfig | None, str]:
     try:
-        return HarnessConfig.from_dict(recorded, where=what), ""
+        return HarnessConfig.from_spec(recorded, where=what), ""
     except (CompositionError, ImportError) as exc:
         return None, str(exc)
 

@@ -48,6 +48,7 @@ from projections.ledger_records import HarnessVersion
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.event import Event
+from schemas.harness import HarnessSpec
 from streams.connection import Connection
 from streams.topology import trace_subject
 
@@ -78,7 +79,7 @@ def harness_on_ledger(ledger: RunLedger, digest: str, *, candidate: str = "",
     given, pick the entry that names it, so the label says what the round ran.
     """
     versions = [(name, v, _made(name, v)) for name, v in ledger.versions()]
-    known: dict[str, tuple[dict[str, Any], str]] = {}
+    known: dict[str, tuple[HarnessSpec, str]] = {}
     for _, v, label in versions:
         known.setdefault(v.digest, (v.harness, label))
 
@@ -89,7 +90,7 @@ def harness_on_ledger(ledger: RunLedger, digest: str, *, candidate: str = "",
             if not builds or (only and cand.id != only) or base is None:
                 continue
             try:
-                built = apply(HarnessConfig.from_dict(base[0]), builds[-1].operations)
+                built = apply(HarnessConfig.from_spec(base[0]), builds[-1].operations)
             except CompositionError:
                 continue
             if built.digest == digest:
@@ -101,7 +102,7 @@ def harness_on_ledger(ledger: RunLedger, digest: str, *, candidate: str = "",
     mine = [(v.harness, label) for name, v, label in versions if v.digest == digest and name == variant]
     found = mine[0] if variant and mine else known.get(digest)
     if found is not None:
-        return HarnessConfig.from_dict(found[0]), found[1]
+        return HarnessConfig.from_spec(found[0]), found[1]
     return candidate_build("")
 
 

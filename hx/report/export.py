@@ -12,7 +12,7 @@ told exist.
 >>> from hx.harness.config import HarnessConfig
 >>> from schemas.ledger import LedgerOpened
 >>> h = HarnessConfig()
->>> files = render([LedgerOpened(run_id="r", strategy="global", harness=h.to_dict(), digest=h.digest)])
+>>> files = render([LedgerOpened(run_id="r", strategy="global", harness=h.spec(), digest=h.digest)])
 >>> sorted(files)[:4]
 ['.hx-export', 'INDEX.md', 'audit.jsonl', 'curves.json']
 >>> ExportMarker.read(files[MARKER]).run_id
