@@ -6,6 +6,7 @@ when they and the Structs disagree. Regenerate with ``python -m schemas.jsonsche
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -19,9 +20,28 @@ from schemas.event import event_types
 JSON_DIR = Path(__file__).parent / "json"
 
 
+# Keys whose values are data (a default, an example), not schemas: a "description" inside them stays.
+_DATA_KEYS = frozenset({"default", "const", "enum", "examples"})
+
+
+def _clean_descriptions(node: Any) -> Any:
+    """The schema with every description in ``inspect.cleandoc`` form.
+
+    Descriptions come from docstrings, and Python 3.13 strips a docstring's indentation when it
+    compiles the class while 3.11 and 3.12 keep it; cleandoc gives one text on every interpreter.
+    """
+    if isinstance(node, dict):
+        return {key: (inspect.cleandoc(value) if key == "description" and isinstance(value, str)
+                      else value if key in _DATA_KEYS else _clean_descriptions(value))
+                for key, value in node.items()}
+    if isinstance(node, list):
+        return [_clean_descriptions(item) for item in node]
+    return node
+
+
 def schema_of(name: str, cls: type[Any]) -> dict[str, Any]:
     """The JSON Schema of one event type, with its type name and version as metadata."""
-    schema = msgspec.json.schema(cls)
+    schema: dict[str, Any] = _clean_descriptions(msgspec.json.schema(cls))
     schema["$id"] = f"https://hx.dev/schemas/{name}.json"
     schema["title"] = name
     schema["x-hx-type"] = name

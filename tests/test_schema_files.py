@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
+import msgspec
 import pytest
 
 from schemas.event import event_types
@@ -85,3 +87,23 @@ def test_write_all_regenerates_and_prunes(tmp_path: Path) -> None:
     assert unrelated.read_text() == "keep me"
     assert sorted(p.name for p in written) == sorted(render_all())
     assert {p.name: p.read_text() for p in tmp_path.glob("*.json")} == render_all()
+
+
+class _Indented(msgspec.Struct):
+    """One line.
+
+    An indented paragraph, as 3.11 and 3.12 keep it and 3.13 strips it.
+    """
+
+    VERSION: ClassVar[int] = 1
+    note: str = "kept"
+
+
+def test_descriptions_are_the_same_whatever_the_interpreter_did_to_the_docstring() -> None:
+    # Set the docstring both ways by hand, so this interpreter's compile-time stripping doesn't matter.
+    expected = "One line.\n\nAn indented paragraph, as 3.11 and 3.12 keep it and 3.13 strips it."
+    for doc in ("One line.\n\n    An indented paragraph, as 3.11 and 3.12 keep it and 3.13 strips it.\n    ",
+                "One line.\n\nAn indented paragraph, as 3.11 and 3.12 keep it and 3.13 strips it.\n"):
+        _Indented.__doc__ = doc
+        schema = schema_of("test.indented", _Indented)
+        assert schema["$defs"]["_Indented"]["description"] == expected

@@ -259,7 +259,10 @@ class ScorerPolicy(Policy):
         batch = self._arrays([self._rows(ctx, [(decision, 0)])])
         logits = np.asarray(_option_logits(*nnx.split(self.model), batch))
         scores = logits[0, 0, :len(decision.options)].astype(np.float64) / max(temperature, 1e-6)
-        scores -= scores.max()
+        # np.max, not scores.max(): with numpy 2.5's stubs (3.12 and later) mypy matches no overload of
+        # the method without an axis when it checks for 3.11, our python_version; the function is a
+        # float64 scalar to mypy on numpy 2.4 and 2.5 alike.
+        scores -= np.max(scores)
         out: np.ndarray = scores - np.log(np.exp(scores).sum())
         return out
 
