@@ -12,7 +12,7 @@ and nothing is imported until a name is asked for (the ``policy`` provider would
 >>> algorithms.load("nope")
 Traceback (most recent call last):
 ...
-hx.entry_points.UnknownName: unknown learner algorithm 'nope'; known: grpo, rloo
+hx.errors.UnknownName: unknown learner algorithm 'nope'; known: grpo, rloo
 """
 
 from __future__ import annotations
@@ -20,20 +20,9 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
-from schemas.errors import HxError
+from hx.errors import LoadFailed, UnknownName
 
 T = TypeVar("T")
-
-
-class UnknownName(HxError, KeyError):
-    """No implementation is registered under a name; the message lists the known ones."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class LoadFailed(HxError):
-    """A registered entry point could not be imported or is not what its group holds."""
 
 
 class Registry(Generic[T]):

@@ -19,15 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from projections.errors import ProjectionFailed
 from schemas.envelope import Record
-from schemas.errors import HxError
 
 PROJECTION_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)
 """What a projection's code raising is its own failure (``KeyboardInterrupt`` is the user's: not caught)."""
-
-
-class ProjectionFailed(HxError):
-    """A projection's own code failed on the log: its fold raised or exited, or its state cannot be encoded."""
 
 
 def named(projection: Any) -> str:

@@ -42,6 +42,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from projections.base import Projection
+from projections.errors import ExportFailed
 from projections.genai import (
     ERROR_TYPE,
     PROVIDER,
@@ -62,7 +63,6 @@ from projections.genai import (
 from projections.runner import Checkpoint, ProjectionRunner
 from projections.trace_store import attempt_key
 from schemas.envelope import Record
-from schemas.errors import HxError
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.model import ModelError, ModelRequest, ModelResponse
 from schemas.tools import ToolInvoked, ToolReturned
@@ -76,10 +76,6 @@ SCOPE = "hx.projections.otel"
 TRACES_PATH = "/v1/traces"
 EXPORTER_LOGGER = "opentelemetry.exporter.otlp"
 """The parent of the OTLP exporters' loggers (``...proto.http.trace_exporter``, ``...common``)."""
-
-
-class ExportFailed(HxError):
-    """The span exporter refused or could not reach its endpoint; nothing after the last checkpoint is lost."""
 
 
 class SpanData(msgspec.Struct, kw_only=True):

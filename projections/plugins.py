@@ -28,18 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from projections.base import Projection
+from projections.errors import PluginError
 from projections.failures import PROJECTION_FAILURES, raised
-from schemas.errors import HxError
 from schemas.event import event_types
 
 GROUP = "hx.projections"
 """The entry-point group projection plugins register under."""
 _KEY = re.compile(r"[A-Za-z0-9_\-]+")
 """A projection name is its KV key (and part of its snapshots' object names): no dots, slashes or spaces."""
-
-
-class PluginError(HxError):
-    """A projection plugin cannot be loaded or is not a usable projection."""
 
 
 def is_spec(name: str) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from projections import plugins
 from projections.base import Projection
+from projections.errors import PluginError
 from projections.failures import PROJECTION_FAILURES, raised
 
 
@@ -59,7 +60,7 @@ BUILTINS = Builtins()
 def projection_class(name: str) -> type[Projection[Any]]:
     """The class ``name`` names: built-in, entry point or spec; ``KeyError`` lists the known names.
 
-    A spec or entry point that cannot be used raises ``plugins.PluginError`` naming it.
+    A spec or entry point that cannot be used raises ``PluginError`` naming it.
     """
     if plugins.is_spec(name):
         return plugins.load(name, BUILTINS)
@@ -77,10 +78,10 @@ def projection(name: str) -> Projection[Any]:
     try:
         return cls()
     except TypeError as exc:
-        raise plugins.PluginError(f"projection {name!r}: {cls.__qualname__}() cannot be built without "
-                                  f"arguments: {exc}") from None
+        raise PluginError(f"projection {name!r}: {cls.__qualname__}() cannot be built without "
+                          f"arguments: {exc}") from None
     except PROJECTION_FAILURES as exc:  # a plugin's own failure (any exception, or its sys.exit)
-        raise plugins.PluginError(f"projection {name!r}: building {cls.__qualname__}() failed: {raised(exc)}") from exc
+        raise PluginError(f"projection {name!r}: building {cls.__qualname__}() failed: {raised(exc)}") from exc
 
 
 def available() -> tuple[dict[str, type[Projection[Any]]], dict[str, str]]:

@@ -27,10 +27,10 @@ import nats.errors
 from nats.js.errors import KeyNotFoundError, NotFoundError, ObjectNotFoundError
 
 from projections.base import Projection
-from projections.failures import PROJECTION_FAILURES, ProjectionFailed, call_failed, encode_failed, fold_failed
+from projections.errors import AsOfError, ProjectionFailed
+from projections.failures import PROJECTION_FAILURES, call_failed, encode_failed, fold_failed
 from projections.snapshots import SNAPSHOT_EVERY, Snapshots, put_blob
 from schemas.envelope import Record
-from schemas.errors import HxError
 from streams.log import EventLog
 from streams.topology import BLOB_STORE, POSITIONS_BUCKET
 
@@ -39,10 +39,6 @@ LogPosition = tuple[int, int]
 START: LogPosition = (0, 0)
 _WHOLE = 2**31
 """A frame index past any real one: a snapshot at sequence ``s`` holds every event of message ``s``."""
-
-
-class AsOfError(HxError):
-    """A time-travel position that is not on the projection's stream."""
 
 
 class Checkpoint(msgspec.Struct, frozen=True):

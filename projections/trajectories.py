@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from schemas.errors import HistoryGap
 from schemas.event import Event
-from schemas.history import HistoryGap, apply, packed
+from schemas.history import apply, packed
 from schemas.hooks import AfterModel, HookRecord
 from schemas.lifecycle import SCORED_STATUSES, AttemptFinished, AttemptStarted, AttemptStatus
 from schemas.messages import Message, ToolSchema

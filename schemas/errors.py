@@ -29,3 +29,7 @@ class DecodeError(SchemaError):
     def at(self, *, subject: str | None, seq: int | None) -> DecodeError:
         """Return the same error located at a subject and stream sequence."""
         return DecodeError(self.reason, subject=subject, seq=seq)
+
+
+class HistoryGap(SchemaError):
+    """A conversation delta cannot be resolved: its base was not read, or a span lies outside it."""

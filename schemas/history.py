@@ -26,7 +26,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Se
 import msgspec
 
 from schemas.envelope import Record
-from schemas.errors import SchemaError
+from schemas.errors import HistoryGap
 from schemas.event import Event
 from schemas.hooks import BeforeModel, HookRecord, StepEnd, StepStart
 from schemas.lifecycle import AttemptFinished
@@ -35,10 +35,6 @@ from schemas.model import ModelRequest
 
 _replace = msgspec.structs.replace
 _CONVERSATION_HOOKS = (StepStart, BeforeModel, StepEnd)
-
-
-class HistoryGap(SchemaError):
-    """A conversation delta cannot be resolved: its base was not read, or a span lies outside it."""
 
 
 def diff(base: Sequence[Message], messages: Sequence[Message]) -> tuple[Part, ...]:

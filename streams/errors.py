@@ -52,3 +52,15 @@ class UnacknowledgedAppends(LogError):
 
 class PermissionDenied(LogError):
     """The NATS server refused this connection's user a publish or subscribe (``streams.permissions``)."""
+
+
+class SigningError(LogError):
+    """The ledger signing key cannot be made, read or used."""
+
+
+class StreamLoss(LogError):
+    """A stream lost events, vanished or was replaced: hx will not read or append to it until told to."""
+
+
+class UnsafePath(LogError):
+    """A private file or directory is owned by another user, or others could change (or read) it."""

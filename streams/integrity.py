@@ -33,16 +33,12 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFound
 from nats.js.kv import KeyValue
 
 from streams.config import NatsSettings
-from streams.errors import LogError
+from streams.errors import LogError, StreamLoss
 
 HEADS_BUCKET = "hx_heads"
 _CAS_TRIES = 20
 _SHOWN_MAX = 1000
 """Unreadable sequences listed at most (a damaged block can hold many)."""
-
-
-class StreamLoss(LogError):
-    """A stream lost events, vanished or was replaced: hx will not read or append to it until told to."""
 
 
 class StreamHead(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,14 +23,10 @@ import os
 import stat
 from pathlib import Path
 
-from streams.errors import LogError
+from streams.errors import UnsafePath
 
 SECRET_MODE = 0o600
 DIR_MODE = 0o700
-
-
-class UnsafePath(LogError):
-    """A private file or directory is owned by another user, or others could change (or read) it."""
 
 
 def _why(st: os.stat_result, *, secret: bool) -> tuple[str, str] | None:

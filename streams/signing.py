@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from streams.errors import LogError
+from streams.errors import SigningError
 from streams.private import private_dir, read_private
 
 ALGORITHM = "ed25519"
@@ -40,10 +40,6 @@ KEY_FILE = Path("keys") / "ledger.ed25519"
 """Where a data directory keeps its ledger signing key (relative to the data directory)."""
 _CONTEXT = b"hx-ledger-event\0"
 """Signed before the digest: a signature made for a ledger event is good for nothing else."""
-
-
-class SigningError(LogError):
-    """The ledger signing key cannot be made, read or used."""
 
 
 @dataclass(frozen=True)

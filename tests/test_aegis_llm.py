@@ -19,10 +19,10 @@ from model_server import RecordedReplies, serving
 from toyworld import ToyWorld
 
 import hx.harness.processor as processor_module
+from hx.aegis.errors import EvolverError, EvolverReplyError
 from hx.aegis.evolvers import EVOLVERS, make_evolver
-from hx.aegis.evolvers.base import Context, EvolverError
+from hx.aegis.evolvers.base import Context
 from hx.aegis.evolvers.llm import LlmEvolver
-from hx.aegis.evolvers.reply import EvolverReplyError
 from hx.aegis.ledger import Ledger
 from hx.aegis.llm_stages import LlmCritic, llm_prose
 from hx.aegis.meta import MetaAgent
@@ -33,7 +33,8 @@ from hx.aegis.state import RunState
 from hx.harness.edits import apply
 from hx.harnesses import starter_harness
 from hx.processors.sandbox import SandboxLimits
-from hx.runtime.code import CodeError, CodeStore, declared_processor, module_name, source_digest
+from hx.runtime.code import CodeStore, declared_processor, module_name, source_digest
+from hx.runtime.errors import CodeError
 from hx.runtime.models import ModelConfig
 from schemas.edits import Anchor, Attach, Manifest
 from schemas.landscape import TaskDigest

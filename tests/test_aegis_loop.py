@@ -19,11 +19,12 @@ from toybench import RANDOM, ToyBench
 from toybench import ids as toy_ids
 from toyworld import ToyWorld
 
-from hx.aegis.evidence import Evidence, HeldoutAccess
+from hx.aegis.errors import HeldoutAccess, LedgerConflict
+from hx.aegis.evidence import Evidence
 from hx.aegis.evolvers.base import Context, Evolver, Proposal
 from hx.aegis.evolvers.offline import OfflineEvolver
 from hx.aegis.gate import Forbidden, judge
-from hx.aegis.ledger import Ledger, LedgerConflict
+from hx.aegis.ledger import Ledger
 from hx.aegis.session import Parts, run_evolution
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials

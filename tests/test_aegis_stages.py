@@ -16,13 +16,14 @@ from evolve_worker import job
 from test_aegis_loop import killed_mid_round, of, worker
 from toyworld import ToyWorld
 
+from hx.aegis.errors import PipelineError
 from hx.aegis.evolvers.offline import OfflineEvolver
 from hx.aegis.gate import Forbidden
 from hx.aegis.ledger import Ledger
 from hx.aegis.loop import Evolution
 from hx.aegis.session import Parts, run_evolution
 from hx.aegis.settings import EvolveSettings, Progress
-from hx.aegis.stage import PipelineError, RoundContext
+from hx.aegis.stage import RoundContext
 from hx.aegis.stages import pipeline
 from hx.aegis.stages.decide import Decide
 from hx.aegis.stages.round_log import RoundLog

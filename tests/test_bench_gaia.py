@@ -11,9 +11,10 @@ import pytest
 import hx.runtime.providers.script  # noqa: F401 - registers the script: provider
 from hx import HarnessConfig, ModelConfig
 from hx.cli.run import select_tasks
+from hx.environments.errors import BenchmarkError
 from hx.environments.gaia import ENV_VAR, GaiaBenchmark, GaiaTask, extract_answer, read_questions
 from hx.environments.gaia_scorer import as_number, gaia_match, normalise
-from hx.environments.registry import BenchmarkError, TaskId, benchmark
+from hx.environments.registry import TaskId, benchmark
 from hx.environments.testing import check_adapter, play
 from schemas.messages import ToolCall
 from schemas.tools import EnvObservation, VerifierScore

@@ -6,7 +6,8 @@ import pytest
 
 import hx.runtime.providers.script  # noqa: F401 - registers the script: provider
 from hx import HarnessConfig, ModelConfig
-from hx.environments.registry import BenchmarkError, TaskId, benchmark
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import TaskId, benchmark
 from hx.environments.sciworld import ALWAYS, VARIATIONS, SciWorldBenchmark, SciWorldTask, filter_actions
 from hx.environments.testing import check_adapter, check_gold_path, play
 from schemas.messages import ToolCall

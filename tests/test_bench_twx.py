@@ -10,8 +10,8 @@ import pytest
 
 import hx.runtime.providers.script  # noqa: F401 - registers the script: provider
 from hx import HarnessConfig, ModelConfig, Task
-from hx.environments.envpool import EnvironmentCrashed
-from hx.environments.registry import BenchmarkError, TaskId, benchmark
+from hx.environments.errors import BenchmarkError, EnvironmentCrashed
+from hx.environments.registry import TaskId, benchmark
 from hx.environments.testing import check_adapter, check_gold_path, play
 from hx.environments.twx import GAME_OPTIONS, TextWorldExpressBenchmark, TwxTask
 from hx.runtime.task import Tool

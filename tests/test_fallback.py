@@ -18,8 +18,8 @@ from hx import (
     ProviderError,
     Task,
 )
+from hx.runtime.errors import ContextTooLong
 from hx.runtime.providers import base as providers_base
-from hx.runtime.providers.base import ContextTooLong
 from hx.runtime.router import ModelRouter
 from schemas.event import Event
 from schemas.lifecycle import AttemptFinished, AttemptStarted

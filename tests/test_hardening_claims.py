@@ -17,8 +17,9 @@ from hx.aegis.evolvers.offline import OfflineEvolver
 from hx.aegis.job import EvolveRequest, TaskChoice
 from hx.aegis.session import Parts, new_job, run_evolution
 from hx.aegis.settings import EvolveSettings
-from hx.environments.results import ResultsClaim, ResultsError, from_json, summarise
-from hx.environments.rollout import Rollout, RolloutSettings, RunExists
+from hx.environments.errors import ResultsError, RunExists
+from hx.environments.results import ResultsClaim, from_json, summarise
+from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harnesses import starter_harness
 from schemas.envelope import Record
 from schemas.ledger import EvolutionFinished, LedgerEvent, LedgerOpened

@@ -10,8 +10,8 @@ from click.testing import Result
 from hx_cli import error_line, hx
 from model_server import model_server
 
+from hx.runtime.errors import ModelSpecError
 from hx.runtime.models import ModelConfig
-from hx.runtime.providers.base import ModelSpecError
 from schemas.lifecycle import RunFinished
 from streams.config import NatsSettings
 from streams.connection import connect

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from hx_cli import error_line, hx
 
-from streams.private import UnsafePath, check_private, private_dir, read_private, write_private
+from streams.errors import UnsafePath
+from streams.private import check_private, private_dir, read_private, write_private
 from streams.processes import process_args
 from streams.server import EmbeddedServer
 

@@ -19,8 +19,9 @@ from nats.js.errors import NotFoundError
 from hx.aegis.job import EvolveJob
 from hx.aegis.ledger import Ledger
 from hx.aegis.session import recorded_job as read_job
+from hx.runtime.errors import ModelSpecError
 from hx.runtime.models import restore_spec
-from hx.runtime.providers.base import CallContext, ModelSpecError, make_provider
+from hx.runtime.providers.base import CallContext, make_provider
 from schemas.envelope import HX_ENCODING, inflate
 from schemas.harness import HarnessSpec
 from schemas.ledger import LedgerOpened, ledger_digest

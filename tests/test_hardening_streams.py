@@ -23,8 +23,8 @@ from schemas.integrity import StreamLossAccepted
 from schemas.lifecycle import RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
-from streams.errors import TopologyMismatch
-from streams.integrity import HEADS_BUCKET, StreamHead, StreamLoss
+from streams.errors import StreamLoss, TopologyMismatch
+from streams.integrity import HEADS_BUCKET, StreamHead
 from streams.processes import process_args
 from streams.server import EmbeddedServer, NatsProcess
 from streams.topology import LEDGER, POSITIONS_BUCKET, TRACE, StreamSpec, apply_topology

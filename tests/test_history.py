@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from schemas.envelope import Record, decode_body, encode_body
-from schemas.errors import DecodeError
+from schemas.errors import DecodeError, HistoryGap
 from schemas.event import Event
-from schemas.history import HistoryGap, HistoryPacker, HistoryResolver, apply, conversation, diff, packed, resolve
+from schemas.history import HistoryPacker, HistoryResolver, apply, conversation, diff, packed, resolve
 from schemas.hooks import AfterModel, BeforeModel, HookRecord, StepEnd, StepStart
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.messages import History, Message

@@ -7,7 +7,7 @@ import pytest
 
 from hx.learner.policy import KINDS
 from hx.learner.provider import PolicyProvider
-from hx.runtime.providers.base import ModelSpecError
+from hx.runtime.errors import ModelSpecError
 from schemas.envelope import decode_body, encode_body
 from schemas.identities import (
     PolicyVersion,

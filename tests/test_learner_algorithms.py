@@ -13,10 +13,10 @@ from learner_kit import learn_records
 from test_learner_service import RUN, on_log, play
 
 from hx.aegis.coevolution import CoevolveSettings
-from hx.entry_points import UnknownName
+from hx.errors import UnknownName
 from hx.learner.algorithm import ALGORITHMS, algorithm
+from hx.learner.errors import PolicyError
 from hx.learner.grpo import GRPO, GRPOConfig
-from hx.learner.policy import PolicyError
 from hx.learner.policy_gradient import PolicyGradientConfig
 from hx.learner.rloo import RLOO, RLOOConfig
 from hx.learner.step_groups import turn_advantages

@@ -15,10 +15,10 @@ import pytest
 from flax import nnx
 from jax.typing import ArrayLike
 
+from hx.learner.errors import NonFiniteLoss, PolicyError
 from hx.learner.grpo import GRPO, GRPOConfig
-from hx.learner.policy import PolicyError
 from hx.learner.policy_gradient import clipped_loss
-from hx.learner.train_step import NonFiniteLoss, PolicyTrainer, minibatches
+from hx.learner.train_step import PolicyTrainer, minibatches
 
 F, H = 4, 8
 """Features per option and hidden width of the test scorer."""

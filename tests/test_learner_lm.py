@@ -11,9 +11,10 @@ import optax  # type: ignore[import-untyped]
 import pytest
 from flax import nnx
 
+from hx.learner.errors import PolicyError, Unservable
 from hx.learner.lm import param_count
 from hx.learner.lm_policy import LMPolicy, render
-from hx.learner.policy import Generation, PolicyError, Sample, Unservable, playable, policy_kind
+from hx.learner.policy import Generation, Sample, playable, policy_kind
 from hx.learner.tokenizer import EOS, SPECIAL_TOKENS, load_tokenizer, tokenizer_bytes, train_tokenizer
 from schemas.messages import Message, ToolCall, ToolSchema
 

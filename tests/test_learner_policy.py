@@ -33,11 +33,12 @@ from toybench import ACT, ACTIONS, ToyBench, ids
 from hx.environments.rollout import Rollout, RolloutSettings
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint, orbax_params
-from hx.learner.policy import Decision, PolicyError, Unservable, bucket, decisions_of
+from hx.learner.errors import PolicyError, Unservable
+from hx.learner.policy import Decision, bucket, decisions_of
 from hx.learner.provider import PolicyProvider
 from hx.learner.scorer import Context, ScorerPolicy
+from hx.runtime.errors import ModelSpecError
 from hx.runtime.models import ModelConfig
-from hx.runtime.providers.base import ModelSpecError
 from schemas.messages import Message, ToolCall
 from streams.config import NatsSettings
 from streams.connection import connect

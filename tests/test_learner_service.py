@@ -41,8 +41,8 @@ from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.environments.splits import SplitRole, Splits
 from hx.harness.config import HarnessConfig
 from hx.learner import checkpoint
+from hx.learner.errors import PolicyError
 from hx.learner.grpo import GRPOConfig
-from hx.learner.policy import PolicyError
 from hx.learner.provider import PolicyProvider
 from hx.learner.trainer import Learner, LearnerSettings, learn_subject
 from hx.runtime.models import ModelConfig

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from hx.learner.policy import PolicyError
+from hx.learner.errors import PolicyError
 from hx.learner.step_groups import anchor, step_advantages, step_returns, turn_advantages
 from hx.learner.trainer import LearnerSettings
 from projections.trajectories import Trajectory, Turn

@@ -9,8 +9,10 @@ import msgspec
 import pytest
 from ledger_run import LedgerRun, attach, task
 
-from hx.aegis.ledger import EvolutionLedger, LedgerError
-from hx.aegis.state import LedgerInvalid, RunState
+from hx.aegis.errors import LedgerError
+from hx.aegis.ledger import EvolutionLedger
+from hx.aegis.state import RunState
+from hx.replay.errors import LedgerRefused
 from projections.ledger import RunLedger
 from projections.ledger_reader import EditLedger
 from schemas.envelope import Record, encode_body
@@ -122,7 +124,7 @@ def test_an_event_that_makes_no_sense_where_it_stands_is_a_fault_not_applied(cas
     ledger = RunLedger.of(chain(records))
     fault = ledger.first_fault
     assert fault is not None and want in str(fault), ledger.faults
-    with pytest.raises(LedgerInvalid, match="does not fold"):
+    with pytest.raises(LedgerRefused, match="does not fold"):
         RunState.of(records)
 
 

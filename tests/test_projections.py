@@ -21,7 +21,8 @@ import msgspec
 import pytest
 
 from projections.base import Projection, state_digest
-from projections.runner import START, AsOfError, Checkpoint, ProjectionRunner
+from projections.errors import AsOfError
+from projections.runner import START, Checkpoint, ProjectionRunner
 from projections.snapshots import Snapshots, snapshot_name
 from projections.task_history import TaskHistory, TaskRound, pass_at_k, round_key
 from projections.testing import (

@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 from toybench import ToyBench, ids
 
+from hx.aegis.errors import EvolverError
 from hx.aegis.evolvers import EVOLVERS, make_evolver
-from hx.aegis.evolvers.base import Evolver, EvolverError
+from hx.aegis.evolvers.base import Evolver
 from hx.aegis.trials import Trials
 from hx.entry_points import Registry
-from hx.environments.registry import BENCHMARKS, Benchmark, BenchmarkError, benchmark, benchmarks
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import BENCHMARKS, Benchmark, benchmark, benchmarks
 from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.environments.splits import Splits
 from hx.harness.config import HarnessConfig
@@ -29,8 +31,9 @@ from hx.learner.grpo import GRPOConfig
 from hx.learner.provider import PolicyProvider
 from hx.learner.store import PolicyStore
 from hx.learner.trainer import Learner, LearnerSettings
+from hx.runtime.errors import ModelSpecError
 from hx.runtime.models import ModelConfig
-from hx.runtime.providers.base import PROVIDERS, CallContext, ModelSpecError, Provider, make_provider
+from hx.runtime.providers.base import PROVIDERS, CallContext, Provider, make_provider
 from hx.runtime.providers.resources import ProviderResources
 from hx.runtime.router import ModelRouter
 from projections.base import Projection

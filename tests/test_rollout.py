@@ -10,19 +10,11 @@ import pytest
 from toybench import RANDOM, ToyBench, ids
 
 from hx.environments import rollout as rollout_module
+from hx.environments.errors import BenchmarkError, ReportMismatch, RunExists, SplitViolation
 from hx.environments.heldout import evaluate_heldout
-from hx.environments.registry import BenchmarkError
 from hx.environments.results import AttemptOutcome, ResultsClaim, from_json, markdown_table, to_json
-from hx.environments.rollout import (
-    ReportMismatch,
-    Rollout,
-    RolloutSettings,
-    RunExists,
-    attempt_seed,
-    cross_check,
-    round_outcomes,
-)
-from hx.environments.splits import Splits, SplitViolation, adaptation_history
+from hx.environments.rollout import Rollout, RolloutSettings, attempt_seed, cross_check, round_outcomes
+from hx.environments.splits import Splits, adaptation_history
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harnesses import families, starter_harness, starter_harness_text

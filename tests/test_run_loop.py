@@ -31,7 +31,8 @@ from hx import (
     Tool,
 )
 from hx.processors.history_window import HistoryWindow
-from hx.runtime.loop import BLOCKED, AttemptExists, RunLoop
+from hx.runtime.errors import AttemptExists
+from hx.runtime.loop import BLOCKED, RunLoop
 from hx.runtime.providers import base as providers_base
 from hx.runtime.tracer import LogWriter
 from schemas.envelope import encode_body

@@ -13,9 +13,9 @@ from hx_cli import error_line, hx, ok
 
 from hx.harness.edits import describe
 from hx.replay.bisect import Bisection, Edit, Trial, rerun_model
+from hx.replay.errors import TimeTravelError
 from hx.replay.regressions import AttemptEvidence
 from hx.replay.timetravel import AsOf, parse_as_of, run_marks
-from hx.replay.trace_rounds import TimeTravelError
 from projections.base import Projection
 from projections.ledger_reader import EditLedger
 from projections.runner import ProjectionRunner

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import ClassVar
 
-from hx.environments.registry import Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import Benchmark, TaskId, register_benchmark
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task, Tool
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema

@@ -19,7 +19,8 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar
 
-from hx.environments.registry import Benchmark, BenchmarkError, TaskId, register_benchmark
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import Benchmark, TaskId, register_benchmark
 from hx.runtime.task import Task, Tool
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema
 from schemas.tools import EnvObservation, VerifierScore

@@ -26,7 +26,8 @@ from typing import Literal
 
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import ContractViolation, Interrupt
-from hx.runtime.pipeline import HookPipeline, ProcessorFailed
+from hx.runtime.errors import ProcessorFailed
+from hx.runtime.pipeline import HookPipeline
 from schemas.envelope import Record
 from schemas.history import resolve
 from schemas.hooks import HOOK_OF, HookName, HookRecord

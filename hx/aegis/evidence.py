@@ -18,7 +18,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hx.environments.splits import SplitViolation, round_roles
+from hx.aegis.errors import HeldoutAccess
+from hx.environments.splits import round_roles
 from schemas.edits import Anchor
 from schemas.envelope import Record
 from schemas.hooks import ProcessorTriggered
@@ -32,10 +33,6 @@ REFUSAL = re.compile(r"\b(?:can't|cannot|can not|already|nothing happens|not pos
 """Generic English phrasing of an environment refusing an action (the taxonomy's ``refused``)."""
 FACT_TYPES = (AttemptStarted.TYPE, AttemptFinished.TYPE, EnvObservation.TYPE, ToolInvoked.TYPE,
               ProcessorTriggered.TYPE)
-
-
-class HeldoutAccess(SplitViolation):
-    """A stage asked for a trace round that is not an adaptation round of the run."""
 
 
 def _digest(text: str) -> str:

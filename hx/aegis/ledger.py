@@ -29,6 +29,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import IntegrityError, Mapper, PersistenceError, StoredEvent
 from eventsourcing.utils import get_topic
 
+from hx.aegis.errors import LedgerConflict, LedgerError
 from schemas.envelope import decode_body, encode_body
 from schemas.errors import HxError
 from schemas.event import event_type
@@ -40,14 +41,6 @@ from streams.signing import LedgerKey, fingerprint
 from streams.topology import LEDGER
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class LedgerError(HxError):
-    """The ledger cannot do what was asked."""
-
-
-class LedgerConflict(LedgerError):
-    """Another writer saved to this run's ledger first; nothing of ours was written."""
 
 
 def signed(event: LedgerEvent, key: LedgerKey | None) -> LedgerEvent:

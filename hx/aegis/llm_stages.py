@@ -17,13 +17,14 @@ import msgspec
 
 from hx.aegis import critic
 from hx.aegis.critic import Review
+from hx.aegis.errors import EvolverReplyError
 from hx.aegis.evolvers.prompts import digests_text
-from hx.aegis.evolvers.reply import EvolverReplyError, parse
+from hx.aegis.evolvers.reply import parse
 from hx.aegis.meta import MetaAgent
 from hx.aegis.state import RunState
 from hx.harness.edits import describe
-from hx.runtime.code import CodeError, CodeStore
-from hx.runtime.providers.base import ProviderError
+from hx.runtime.code import CodeStore
+from hx.runtime.errors import CodeError, ProviderError
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateProposed
 from schemas.messages import Message

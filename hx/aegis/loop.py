@@ -27,11 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hx.aegis.errors import LedgerConflict, PipelineError
 from hx.aegis.evolvers.base import Evolver
 from hx.aegis.gate import Forbidden
-from hx.aegis.ledger import Ledger, LedgerConflict
+from hx.aegis.ledger import Ledger
 from hx.aegis.settings import EvolveSettings, Progress
-from hx.aegis.stage import PipelineError, RoundContext, RunHooks, Stage
+from hx.aegis.stage import RoundContext, RunHooks, Stage
 from hx.aegis.stages import pipeline
 from hx.aegis.state import RunState
 from hx.aegis.trials import Trials, game_scores

@@ -20,10 +20,11 @@ from typing import Any
 import msgspec
 
 from hx.aegis.digester import ProseWriter
+from hx.aegis.errors import LedgerError
 from hx.aegis.evolvers.base import Evolver
 from hx.aegis.gate import CodeCheck, Forbidden
 from hx.aegis.job import EvolveJob, EvolveRequest
-from hx.aegis.ledger import Ledger, LedgerError
+from hx.aegis.ledger import Ledger
 from hx.aegis.loop import Evolution
 from hx.aegis.settings import Progress
 from hx.aegis.stage import CodeSource, Stage
@@ -32,8 +33,8 @@ from hx.aegis.stages.criticise import CriticFn
 from hx.aegis.stages.gating import Approver
 from hx.aegis.stages.rollouts import Resting
 from hx.aegis.trials import Trials
+from hx.environments.errors import RunExists
 from hx.environments.registry import Benchmark, TaskId
-from hx.environments.rollout import RunExists
 from hx.environments.splits import Splits, round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.scoreboard import EvolutionReport, report

@@ -36,7 +36,8 @@ from hx.harness.errors import Interrupt
 from hx.harness.processor import Processor, build, registered
 from hx.processors.testing import check_processor, scenario
 from hx.runtime.code import module_name, source_digest
-from hx.runtime.pipeline import HookPipeline, ProcessorFailed
+from hx.runtime.errors import ProcessorFailed
+from hx.runtime.pipeline import HookPipeline
 from schemas.edits import AnyEditOp, Attach, Replace
 from schemas.event import Event
 from schemas.hooks import BeforeModel, ProcessorTriggered, TaskStart

@@ -29,7 +29,6 @@ from hx.aegis.settings import EvolveSettings
 from hx.aegis.shipping import Run
 from hx.aegis.trials import Trials
 from projections.ledger_records import RoundRecords
-from schemas.errors import HxError
 from schemas.ledger import (
     CandidateProposed,
     CriticJudged,
@@ -40,10 +39,6 @@ from schemas.ledger import (
 )
 
 Out = TypeVar("Out")
-
-
-class PipelineError(HxError):
-    """A round's stages cannot make a round (no stage decided it)."""
 
 
 class RoundRun(Run, Protocol):

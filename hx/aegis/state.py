@@ -13,16 +13,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hx.harness.config import HarnessConfig
+from hx.replay.errors import LedgerRefused
 from projections.ledger import RunLedger
 from projections.ledger_records import CandidateRecord, Ship
-from schemas.errors import HxError
 from schemas.harness import HarnessSpec
 from schemas.landscape import Regression, TaskDigest
 from schemas.ledger import LedgerEvent, LedgerOpened, RoundDecided
-
-
-class LedgerInvalid(HxError):
-    """A run's ledger does not fold (or does not verify): the loop will not act on it."""
 
 
 @dataclass
@@ -46,16 +42,16 @@ class RunState:
 
     @classmethod
     def of(cls, records: Iterable[LedgerEvent]) -> RunState:
-        """Fold a run's ledger records (the first must be its ``LedgerOpened``); ``LedgerInvalid`` if they do not."""
+        """Fold a run's ledger records (the first must be its ``LedgerOpened``); ``LedgerRefused`` if they do not."""
         state = cls(RunLedger())
         for record in records:
             state.fold(record)
         if state.ledger.opened is None:
-            raise LedgerInvalid("a run's ledger starts with ledger.opened")
+            raise LedgerRefused("a run's ledger starts with ledger.opened")
         return state
 
     def fold(self, record: LedgerEvent) -> None:
-        """Take the next ledger record; ``LedgerInvalid`` naming it when it does not fold.
+        """Take the next ledger record; ``LedgerRefused`` naming it when it does not fold.
 
         The chain is not this fold's concern: the records come from the ``Ledger`` aggregate,
         which refuses a broken chain as it loads and appends (and commands verify it first).
@@ -64,7 +60,7 @@ class RunState:
         self.ledger.fold(record)
         fault = next((f for f in self.ledger.faults[before:] if f.kind != "chain"), None)
         if fault is not None:
-            raise LedgerInvalid(f"the ledger of run {self.ledger.run_id or record.run_id!r} does not fold: {fault}")
+            raise LedgerRefused(f"the ledger of run {self.ledger.run_id or record.run_id!r} does not fold: {fault}")
 
     def harness(self, digest: str, recorded: HarnessSpec) -> HarnessConfig:
         """The harness the ledger recorded under ``digest``, built once."""

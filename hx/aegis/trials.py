@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hx.aegis.counterfactual import replay
-from hx.aegis.ledger import LedgerConflict
+from hx.aegis.errors import LedgerConflict
+from hx.environments.errors import RunExists
 from hx.environments.registry import Benchmark
 from hx.environments.results import AttemptOutcome, summarise
-from hx.environments.rollout import PlayedRound, Rollout, RolloutSettings, RoundLabel, RunExists
+from hx.environments.rollout import PlayedRound, Rollout, RolloutSettings, RoundLabel
 from hx.environments.splits import SplitRole, Splits
 from hx.gate.rule import Fresh, Tries
 from hx.harness.config import HarnessConfig

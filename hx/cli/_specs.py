@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hx.runtime.providers.base import ModelSpecError, check_spec
+from hx.runtime.errors import ModelSpecError
+from hx.runtime.providers.base import check_spec
 
 
 def check_spec_option(option: str, spec: str) -> None:

@@ -23,7 +23,8 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option, stdout_console
-from hx.replay.audit import LedgerRefused, Verification, verify_file, verify_run
+from hx.replay.audit import Verification, verify_file, verify_run
+from hx.replay.errors import LedgerRefused
 from hx.replay.ledger_checks import Problem
 from hx.replay.ledger_head import SignedHead, check_head, head_of, parse_head
 from hx.replay.ledger_view import LedgerListing, LedgerRow, headline, listing, read_ledger

@@ -21,8 +21,8 @@ from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.cli.log import json_line
 from hx.environments.splits import round_roles
 from hx.replay.audit import verified_ledger
+from hx.report.errors import ReportError
 from hx.report.export import MARKER, ExportMarker, render
-from hx.report.export_fold import ExportError
 from hx.report.export_rounds import trajectory_name
 from projections.ledger import RunLedger
 from schemas.history import resolve_async
@@ -60,7 +60,7 @@ def export_command(app: App, run_id: str, directory: Path, trajectories: bool, f
 
 
 def check_target(directory: Path, *, force: bool, data_dir: Path) -> Path:
-    """The absolute target directory, if an export may go there; else ``ExportError`` saying why.
+    """The absolute target directory, if an export may go there; else ``ReportError`` saying why.
 
     Never hx's data dir, a folder containing it or one inside it, nor the current or home
     directory or a parent of them. A missing or empty directory is written; a non-empty one
@@ -71,17 +71,17 @@ def check_target(directory: Path, *, force: bool, data_dir: Path) -> Path:
         real, data = target.resolve(), data_dir.expanduser().resolve()
         if real == data or real in data.parents:
             what = "is" if real == data else "contains"
-            raise ExportError(f"refusing to export into {directory}: it {what} hx's data dir ({data_dir})")
+            raise ReportError(f"refusing to export into {directory}: it {what} hx's data dir ({data_dir})")
         if data in real.parents:
-            raise ExportError(f"refusing to export into {directory}: it is inside hx's data dir ({data_dir})")
+            raise ReportError(f"refusing to export into {directory}: it is inside hx's data dir ({data_dir})")
         for name, place in (("the current directory", Path.cwd()), ("the home directory", _home())):
             if place is not None and (real == place.resolve() or real in place.resolve().parents):
-                raise ExportError(f"refusing to export into {directory}: it is {name} or one of its parents")
+                raise ReportError(f"refusing to export into {directory}: it is {name} or one of its parents")
         if target.exists() and not target.is_dir():
-            raise ExportError(f"{directory} exists and is not a directory")
+            raise ReportError(f"{directory} exists and is not a directory")
         replaceable(target, directory, force=force)
     except OSError as exc:
-        raise ExportError(f"cannot use {directory}: {exc.strerror or exc}") from None
+        raise ReportError(f"cannot use {directory}: {exc.strerror or exc}") from None
     return target
 
 
@@ -93,7 +93,7 @@ def _home() -> Path | None:
 
 
 def replaceable(target: Path, shown: Path, *, force: bool) -> bool:
-    """Whether ``target`` holds an earlier export to replace (False: missing or empty); else ``ExportError``.
+    """Whether ``target`` holds an earlier export to replace (False: missing or empty); else ``ReportError``.
 
     A non-empty directory without a readable ``.hx-export`` marker is refused, ``force`` or not;
     an earlier export is replaced only with ``force``.
@@ -103,14 +103,14 @@ def replaceable(target: Path, shown: Path, *, force: bool) -> bool:
     marker = target / MARKER
     try:
         if marker.is_symlink() or not marker.is_file():
-            raise ExportError(f"not an hx export: {shown} is not empty and has no {MARKER} (the marker hx export "
+            raise ReportError(f"not an hx export: {shown} is not empty and has no {MARKER} (the marker hx export "
                               "writes); refusing to replace it, --force or not")
         found = ExportMarker.read(marker.read_bytes())
     except msgspec.DecodeError:
-        raise ExportError(f"not an hx export: {shown}/{MARKER} is not the marker hx export writes; refusing to "
+        raise ReportError(f"not an hx export: {shown}/{MARKER} is not the marker hx export writes; refusing to "
                           "replace it, --force or not") from None
     if not force:
-        raise ExportError(f"{shown} holds an earlier export (run {found.run_id}); pass --force to replace it")
+        raise ReportError(f"{shown} holds an earlier export (run {found.run_id}); pass --force to replace it")
     return True
 
 
@@ -170,7 +170,7 @@ async def _export(app: App, run_id: str, target: Path, *, with_trajectories: boo
                 staging.commit(force=force)
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
-            raise ExportError(f"cannot write {target}: {exc.strerror or exc}{where}; nothing was exported") from None
+            raise ReportError(f"cannot write {target}: {exc.strerror or exc}{where}; nothing was exported") from None
         quarantine_note(conn.log)
     return len(files) + sum(len(v) for t in trajectories.values() for v in t.values())
 

@@ -17,10 +17,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hx.cli._app import App, named_projection, pass_app, quarantine_note, run, stderr_console, stdout_console
+from hx.replay.errors import TimeTravelError
 from hx.replay.timetravel import AsOf, parse_as_of, run_marks
-from hx.replay.trace_rounds import TimeTravelError
 from projections.base import Projection
-from projections.failures import PROJECTION_FAILURES, ProjectionFailed, call_failed
+from projections.errors import ProjectionFailed
+from projections.failures import PROJECTION_FAILURES, call_failed
 from projections.registry import BUILTINS, PROJECTIONS, available
 from projections.runner import START, ProjectionRunner
 from schemas.errors import HxError
@@ -266,7 +267,8 @@ async def _run(app: App, name: str, follow: bool, checkpoint_every: int, *, from
 
 async def _follow(runner: ProjectionRunner[Any], name: str) -> None:
     """Fold new events as they arrive until stopped; report where it stopped (not after a failed export)."""
-    from projections.otel_spans import ExportFailed, SpanExportRunner  # here: it loads OpenTelemetry's SDK
+    from projections.errors import ExportFailed
+    from projections.otel_spans import SpanExportRunner
 
     if isinstance(runner, SpanExportRunner):
         runner.live = True  # following: each finished attempt goes out at once

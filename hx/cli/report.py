@@ -15,7 +15,8 @@ import click
 
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.replay.audit import verified_ledger
-from hx.report.data import ReportData, ReportError, learner_records
+from hx.report.data import ReportData, learner_records
+from hx.report.errors import ReportError
 from hx.report.figures import figures
 from hx.report.html import report_files
 

@@ -19,7 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import hx.environments  # noqa: F401 - registers the benchmark adapters (twx, sciworld, gaia)
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._specs import check_spec_option
-from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId, benchmark
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import SPLITS, Benchmark, TaskId, benchmark
 from hx.environments.results import ResultsClaim, results_table, to_json
 from hx.environments.rollout import PlayedRound, Rollout, RolloutSettings
 from hx.environments.splits import ROLES, SplitRole

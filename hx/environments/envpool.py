@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from py4j.protocol import Py4JError, Py4JJavaError
 
-from hx.environments.registry import BenchmarkError
+from hx.environments.errors import BenchmarkError, EnvironmentCrashed
 from hx.runtime.task import Task, Tool
 from schemas.event import Event
 from schemas.messages import ToolCall, ToolResult, ToolSchema
@@ -37,10 +37,6 @@ from schemas.tools import EnvObservation
 
 E = TypeVar("E")
 R = TypeVar("R")
-
-
-class EnvironmentCrashed(BenchmarkError):
-    """The environment's JVM died or stopped answering; the attempt is an infrastructure failure."""
 
 
 def java_process(env: Any) -> subprocess.Popen[bytes]:

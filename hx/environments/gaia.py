@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from hx.environments.errors import BenchmarkError
 from hx.environments.gaia_scorer import gaia_match
-from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId
+from hx.environments.registry import SPLITS, Benchmark, TaskId
 from hx.runtime.task import Task, Tool
 from schemas.event import Event
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hx.environments.errors import SplitViolation
 from hx.environments.results import Summary
 from hx.environments.rollout import Rollout
-from hx.environments.splits import Splits, SplitViolation
+from hx.environments.splits import Splits
 from hx.runtime.loop import AttemptResult
 
 

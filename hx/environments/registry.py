@@ -18,15 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hx.entry_points import LoadFailed, Registry, UnknownName
+from hx.entry_points import Registry
+from hx.environments.errors import BenchmarkError
+from hx.errors import LoadFailed, UnknownName
 from hx.runtime.task import Task
-from schemas.errors import HxError
 
 SPLITS = ("train", "dev", "test")
-
-
-class BenchmarkError(HxError):
-    """A benchmark, game, split or task id is unknown or malformed."""
 
 
 @dataclass(frozen=True, order=True)

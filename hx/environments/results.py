@@ -24,9 +24,9 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
-from hx.environments.registry import BenchmarkError, TaskId
+from hx.environments.errors import BenchmarkError, ResultsError
+from hx.environments.registry import TaskId
 from projections.task_history import pass_at_k
-from schemas.errors import HxError
 from schemas.lifecycle import AttemptStatus
 from streams.redaction import scrub
 
@@ -230,10 +230,6 @@ def from_json(text: str | bytes) -> RolloutReport:
     data.pop("steps_per_s", None)
     data.pop("events_per_s", None)
     return msgspec.convert(data, RolloutReport)
-
-
-class ResultsError(HxError):
-    """A results file cannot be claimed or written."""
 
 
 def markdown_path(path: Path) -> Path:

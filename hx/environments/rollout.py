@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from hx.environments.registry import Benchmark, BenchmarkError, TaskId
+from hx.environments.errors import BenchmarkError, ReportMismatch, RolloutError, RunExists
+from hx.environments.registry import Benchmark, TaskId
 from hx.environments.results import AttemptOutcome, RolloutReport, summarise
 from hx.environments.splits import ROLES, SplitRole, Splits
 from hx.harness.config import HarnessConfig
@@ -41,7 +42,6 @@ from hx.runtime.task import Task, Tool
 from hx.runtime.tracer import TraceWriter
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
-from schemas.errors import HxError
 from schemas.event import Event
 from schemas.lifecycle import AttemptFinished, AttemptMark, RoundFinished, RoundStarted, RunFinished, RunStarted
 from schemas.messages import TaskSpec
@@ -53,18 +53,6 @@ from streams.topology import TRACE, check_run_id, trace_filter, trace_subject
 
 Progress = Callable[[AttemptResult], None]
 """Called once per finished attempt, in completion order."""
-
-
-class RolloutError(HxError):
-    """A rollout cannot run as asked."""
-
-
-class RunExists(RolloutError):
-    """The run or round already has events on the log (its message ids would be deduplicated away)."""
-
-
-class ReportMismatch(RolloutError):
-    """The verdicts folded from the log disagree with the attempts' own results."""
 
 
 # --- settings and seeds ---------------------------------------------------------------------

@@ -24,7 +24,8 @@ import scienceworld.scienceworld
 from scienceworld import ScienceWorldEnv
 
 from hx.environments.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
-from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import SPLITS, Benchmark, TaskId
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
 

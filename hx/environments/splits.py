@@ -17,20 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from hx.environments.errors import SplitViolation
 from hx.environments.registry import TaskId
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
-from schemas.errors import HxError
 from schemas.lifecycle import AttemptFinished, RoundStarted
 from streams.log import EventLog
 from streams.topology import NO_TOKEN, TRACE, subject_token, trace_filter
 
 SplitRole = Literal["adaptation", "heldout"]
 ROLES: tuple[SplitRole, ...] = ("adaptation", "heldout")
-
-
-class SplitViolation(HxError):
-    """Adaptation and held-out task ids overlap, or a round mixes them."""
 
 
 def _ids(values: Iterable[TaskId | str], what: str) -> tuple[str, ...]:

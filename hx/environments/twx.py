@@ -20,7 +20,8 @@ import textworld_express.textworld_express
 from textworld_express import TextWorldExpressEnv
 
 from hx.environments.envpool import EnvPool, TextGameTask, own_process_group, shared_pool
-from hx.environments.registry import SPLITS, Benchmark, BenchmarkError, TaskId
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import SPLITS, Benchmark, TaskId
 from schemas.messages import TaskSpec
 from schemas.tools import VerifierScore
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from hx.entry_points import LoadFailed, Registry
+from hx.entry_points import Registry
+from hx.errors import LoadFailed
 
 if TYPE_CHECKING:
     import jax

@@ -31,7 +31,8 @@ from safetensors.numpy import load as load_tensors
 from safetensors.numpy import save as save_tensors
 
 from hx.learner import orbax_params
-from hx.learner.policy import Policy, PolicyError, policy_kind
+from hx.learner.errors import PolicyError
+from hx.learner.policy import Policy, policy_kind
 from schemas.identities import PolicyVersion
 from streams.log import EventLog
 from streams.topology import BLOB_STORE

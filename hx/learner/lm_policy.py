@@ -37,15 +37,14 @@ import numpy as np
 from flax import nnx
 from tokenizers import Tokenizer
 
+from hx.learner.errors import PolicyError, Unservable
 from hx.learner.lm import LM_DEFAULTS, CausalLM
 from hx.learner.policy import (
     Batch,
     Decision,
     Generation,
     Policy,
-    PolicyError,
     Sample,
-    Unservable,
     bucket,
     decisions_of,
     enum_text,

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from hx.learner.policy import Batch, Policy, Sample, Unservable, bucket
+from hx.learner.errors import Unservable
+from hx.learner.policy import Batch, Policy, Sample, bucket
 from hx.learner.policy_gradient import PolicyGradientConfig
 
 TurnKey = tuple[int, str, int, int, str]

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp  # type: ignore[import-untyped]
 
-from hx.learner.policy import PolicyError
+from hx.learner.errors import PolicyError
 
 _T = TypeVar("_T")
 _ABSENT = "\x00absent"  # what a partial restore hands back for a leaf the checkpoint lacks

@@ -28,19 +28,11 @@ import msgspec
 import numpy as np
 from flax import nnx
 
-from schemas.errors import HxError
+from hx.learner.errors import PolicyError, Unservable
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema
 
 Batch = dict[str, np.ndarray]
 """Named arrays, all with the batch on axis 0; ``mask`` [B, T] marks the units that exist."""
-
-
-class PolicyError(HxError):
-    """A policy cannot serve a request or load a checkpoint; the message names what and where."""
-
-
-class Unservable(PolicyError):
-    """A request or a logged completion this policy cannot answer or score (no usable tool, unknown choice)."""
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import msgspec
 from jax.typing import ArrayLike
 
-from hx.learner.policy import PolicyError
+from hx.learner.errors import PolicyError
 
 Array = jax.Array
 """A JAX array (alias for annotations)."""

@@ -26,15 +26,11 @@ from typing import Any
 from nats.js.errors import NotFoundError
 
 from hx.learner import checkpoint
-from hx.learner.policy import KINDS, Policy, PolicyError
+from hx.learner.errors import PolicyError
+from hx.learner.policy import KINDS, Policy
 from hx.learner.store import PolicyStore
-from hx.runtime.providers.base import (
-    CallContext,
-    Completion,
-    ModelSpecError,
-    Provider,
-    ProviderError,
-)
+from hx.runtime.errors import ModelSpecError, ProviderError
+from hx.runtime.providers.base import CallContext, Completion, Provider
 from hx.runtime.providers.random import seed_for
 from schemas.identities import POLICY_SCHEME, PolicyVersion, is_version
 from schemas.messages import Message, ToolSchema, Usage

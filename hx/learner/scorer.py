@@ -38,14 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from hx.learner.errors import PolicyError, Unservable
 from hx.learner.policy import (
     Batch,
     Decision,
     Generation,
     Policy,
-    PolicyError,
     Sample,
-    Unservable,
     bucket,
     decisions_of,
     enum_text,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from hx.learner.policy import PolicyError
+from hx.learner.errors import PolicyError
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 ROLES = {"system": "<system>", "user": "<user>", "assistant": "<assistant>", "tool": "<tool>"}

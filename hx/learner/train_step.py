@@ -24,7 +24,8 @@ import optax  # type: ignore[import-untyped]
 from flax import nnx
 
 from hx.learner.algorithm import AUX, Algorithm, algorithm_of
-from hx.learner.policy import Batch, PolicyError, bucket
+from hx.learner.errors import NonFiniteLoss, PolicyError
+from hx.learner.policy import Batch, bucket
 from hx.learner.policy_gradient import Array, PolicyGradientConfig
 
 _LEARNER_KEYS = ("old_lp", "ref_lp", "adv")
@@ -54,15 +55,6 @@ class RoundMetrics(StepMetrics, frozen=True, kw_only=True):
     """Means of the step metrics over a round (``units``: their sum), with the number of steps."""
 
     steps: int
-
-
-class NonFiniteLoss(PolicyError):
-    """A step's loss or gradient was not finite; the update was not applied."""
-
-    def __init__(self, metrics: StepMetrics) -> None:
-        self.metrics = metrics
-        super().__init__(f"non-finite loss or gradient (loss={metrics.loss}, grad_norm={metrics.grad_norm}, "
-                         f"units={metrics.units}); parameters and optimiser state left unchanged")
 
 
 def minibatches(batch: Batch, size: int, *, seed: int = 0) -> list[Batch]:

@@ -32,15 +32,16 @@ from msgspec import UNSET, UnsetType
 
 from hx.learner import checkpoint
 from hx.learner.algorithm import Algorithm, algorithm_of
+from hx.learner.errors import NonFiniteLoss, PolicyError, Unservable
 from hx.learner.grpo import GRPOConfig
 from hx.learner.minibatches import Minibatches, TurnKey
-from hx.learner.policy import Batch, Policy, PolicyError, Sample, Unservable
+from hx.learner.policy import Batch, Policy, Sample
 from hx.learner.policy_gradient import PolicyGradientConfig
 from hx.learner.provider import resolve_version
 from hx.learner.rloo import RLOOConfig
 from hx.learner.step_groups import turn_advantages
 from hx.learner.store import PolicyStore
-from hx.learner.train_step import NonFiniteLoss, PolicyTrainer, RoundMetrics
+from hx.learner.train_step import PolicyTrainer, RoundMetrics
 from projections.buffer_snapshot import BufferState
 from projections.replay_buffer import ReplayBuffer, groups
 from projections.runner import ProjectionRunner

@@ -31,8 +31,9 @@ from typing import Any, ClassVar, Literal
 from hx.harness.errors import Interrupt
 from hx.harness.processor import POST, Processor
 from hx.processors.virtual_tool import VirtualCalls
+from hx.runtime.errors import ProviderError
 from hx.runtime.models import ModelConfig
-from hx.runtime.providers.base import CallContext, ProviderError
+from hx.runtime.providers.base import CallContext
 from hx.runtime.router import ModelRouter
 from hx.runtime.services import current_services
 from schemas.event import Event

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hx.replay.errors import AuditError, LedgerRefused
 from hx.replay.ledger_checks import (
     Problem,
     check_chain,
@@ -25,12 +26,11 @@ from hx.replay.ledger_checks import (
     check_folds,
     check_signatures,
 )
-from hx.replay.ledger_view import AuditError, compare_copy, read_copy, read_ledger
+from hx.replay.ledger_view import compare_copy, read_copy, read_ledger
 from hx.replay.trace_checks import check_trace
 from hx.runtime.code import CodeStore, restore_plugins
 from projections.ledger import RunLedger
 from projections.ledger_records import LedgerEntry
-from schemas.errors import HxError
 from schemas.ledger import ledger_digest
 from streams.log import EventLog
 from streams.signing import fingerprint
@@ -40,10 +40,6 @@ NOT_ON_FILE = ("the trace rounds that digests, gate verdicts and held-out scores
                "verdict recomputed from them (HX_TRACE)",
                "the evidence anchors of candidates and digests (HX_TRACE)")
 """What a verification of a file cannot check: it holds the ledger, not the trace."""
-
-
-class LedgerRefused(HxError):
-    """A command was asked to act on a ledger that does not verify: nothing is done, the first problem named."""
 
 
 @dataclass

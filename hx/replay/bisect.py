@@ -34,10 +34,10 @@ from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
+from hx.replay.errors import TimeTravelError
 from hx.replay.harness_diff import harness_in, task_round, task_variant
 from hx.replay.regressions import AttemptEvidence, attempts_of, ledger_of
 from hx.replay.timetravel import run_marks
-from hx.replay.trace_rounds import TimeTravelError
 from hx.runtime.models import ModelConfig, restore_spec
 from projections.ledger import RunLedger
 from schemas.edits import AnyEditOp

@@ -27,7 +27,8 @@ import msgspec
 from hx.environments.splits import round_roles
 from hx.harness.config import HarnessConfig
 from hx.replay.compare import Aliases, Divergence, compare_attempt
-from hx.replay.logged import LoggedRound, NotOnLog, ReplayError, model_specs, read_round
+from hx.replay.errors import NotOnLog, ReplayError
+from hx.replay.logged import LoggedRound, model_specs, read_round
 from hx.replay.recorded import FedTask, Recording
 from hx.replay.replayer import close_benchmarks, live_task, open_benchmarks, round_harness, run_ledger
 from hx.runtime.loop import AttemptResult, RunLoop

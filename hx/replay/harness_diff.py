@@ -23,9 +23,10 @@ from typing import Any
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
+from hx.replay.errors import TimeTravelError
 from hx.replay.regressions import ShipBetween, ledger_of
 from hx.replay.timetravel import RunMarks, run_marks
-from hx.replay.trace_rounds import TimeTravelError, read_decoded
+from hx.replay.trace_rounds import read_decoded
 from projections.ledger import RunLedger
 from schemas.edits import AnyEditOp, Attach, Remove, Reparam, Replace
 from schemas.lifecycle import AttemptFinished

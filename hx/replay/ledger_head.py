@@ -19,8 +19,8 @@ from pathlib import Path
 
 import msgspec
 
+from hx.replay.errors import AuditError
 from hx.replay.ledger_checks import Problem
-from hx.replay.ledger_view import AuditError
 from projections.ledger import RunLedger
 from projections.ledger_records import LedgerEntry
 from schemas.ledger import ledger_digest

@@ -21,6 +21,7 @@ import msgspec
 
 from hx.harness.edits import describe
 from hx.replay.anchors import AnchorResolver, ResolvedAnchor, anchors_of
+from hx.replay.errors import AuditError
 from projections.ledger import RunLedger
 from projections.ledger_reader import read_run_ledger
 from projections.ledger_records import LedgerEntry
@@ -52,10 +53,6 @@ AUDITED = (ModelChanged, CandidateProposed, CandidateRevised, CriticJudged, Appr
 ships and what changed the pool."""
 UNREADABLE = "cannot be decoded by this hx"
 """What a fault says of a message this hx cannot decode (another schema version): a reason not to check at all."""
-
-
-class AuditError(HxError):
-    """A ledger or trace position that an audit command was asked about does not exist or cannot be read."""
 
 
 async def read_ledger(log: EventLog, run_id: str) -> RunLedger:

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hx.environments.splits import round_roles
+from hx.replay.errors import NotOnLog, ReplayError
 from projections.ledger import RunLedger
 from schemas.envelope import Record
-from schemas.errors import HxError
-from schemas.history import HistoryGap, resolve_async
+from schemas.errors import HistoryGap
+from schemas.history import resolve_async
 from schemas.job import nested_job
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundStarted, RunStarted
 from schemas.model import ModelResponse
@@ -27,14 +28,6 @@ from streams.topology import TRACE, TraceAddress, trace_filter, trace_subject
 
 DEFAULT_MAX_STEPS = 100
 """The step cap when the run recorded none (``RolloutSettings``'s default)."""
-
-
-class ReplayError(HxError):
-    """A replay cannot run as asked."""
-
-
-class NotOnLog(ReplayError):
-    """The run, round, task or attempt asked for is not on the log."""
 
 
 # --- trace rounds and evolution rounds ---------------------------------------------------------

@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hx.harness.edits import describe
+from hx.replay.errors import TimeTravelError
 from hx.replay.timetravel import RunMarks, run_marks
-from hx.replay.trace_rounds import TimeTravelError, read_decoded
+from hx.replay.trace_rounds import read_decoded
 from projections.ledger import RunLedger
 from projections.ledger_records import CandidateRecord, ShipEvent
 from schemas.edits import Anchor

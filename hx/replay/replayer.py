@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hx.environments.registry import Benchmark, BenchmarkError, TaskId, benchmark
+from hx.environments.errors import BenchmarkError
+from hx.environments.registry import Benchmark, TaskId, benchmark
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harnesses import families, starter_harness
 from hx.replay.audit import refused, verify_ledger
 from hx.replay.compare import Aliases, Divergence, compare_attempt
-from hx.replay.logged import LoggedRound, ReplayError, describe_round, logged_attempts, model_specs, round_header
+from hx.replay.errors import HarnessMissing, ReplayError
+from hx.replay.logged import LoggedRound, describe_round, logged_attempts, model_specs, round_header
 from hx.replay.recorded import FedTask, RecordedTask, Recording
 from hx.runtime.cancel import cancel_all
 from hx.runtime.code import CodeStore, restore_plugins
@@ -54,10 +56,6 @@ from streams.topology import trace_subject
 
 Env = Literal["log", "live"]
 ENVS: tuple[Env, ...] = ("log", "live")
-
-
-class HarnessMissing(ReplayError):
-    """The harness a round ran cannot be rebuilt: its ledger does not hold it, nor does its recorded source."""
 
 
 # --- the harness of a round -----------------------------------------------------------------

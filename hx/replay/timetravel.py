@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from nats.js.errors import NotFoundError
 
 from hx.replay.audit import refused, verify_ledger
+from hx.replay.errors import TimeTravelError
 from hx.replay.scoreboard import EvolutionReport, report
-from hx.replay.trace_rounds import TimeTravelError, TraceRound, read_decoded, trace_marks
+from hx.replay.trace_rounds import TraceRound, read_decoded, trace_marks
 from projections.ledger import RunLedger
 from projections.ledger_reader import read_run_ledger
 from projections.ledger_records import HarnessVersion, LedgerEntry

@@ -14,15 +14,11 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
+from hx.replay.errors import TimeTravelError
 from schemas.envelope import Record
-from schemas.errors import HxError
 from schemas.lifecycle import AttemptFinished, RoundFinished, RoundStarted
 from streams.log import EventLog
 from streams.topology import NO_TOKEN, TRACE, subject_token, trace_filter
-
-
-class TimeTravelError(HxError):
-    """A position, round, run or task that time travel cannot find on the log."""
 
 
 async def read_decoded(log: EventLog, stream: str, subjects: Sequence[str], types: Iterable[str] = (), *,

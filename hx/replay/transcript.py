@@ -4,7 +4,7 @@
 index alone (no message is read); ``read_transcript`` then reads only the attempt's own
 subject, resolves its conversations from their deltas (``schemas.history``) and folds the
 records into a ``Transcript`` with ``build``. A run, task, round or attempt that is not on
-the log is a ``TraceNotFound`` naming what is there.
+the log is a ``NotOnLog`` naming what is there.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Iterable
 import msgspec
 from nats.js import JetStreamContext
 
+from hx.replay.errors import NotOnLog
 from hx.replay.logged import stage_rounds
 from schemas.envelope import Record
-from schemas.errors import HxError
 from schemas.history import resolve_async
 from schemas.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, HookRecord, ProcessorTriggered, TaskStart
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundStarted
@@ -28,10 +28,6 @@ from streams.topology import NO_TOKEN, TRACE, TraceAddress, trace_filter, trace_
 
 _SHOWN = 12
 """How many names an error lists before saying how many more there are."""
-
-
-class TraceNotFound(HxError):
-    """The run, task, round or attempt asked for is not on the log."""
 
 
 class Trigger(msgspec.Struct, frozen=True):
@@ -136,19 +132,19 @@ async def locate(log: EventLog, run: str, task: str, round: int | None = None,
         if not in_run:
             # Run-level events are on hx.trace.<run>._._._: one subject per run, cheap to list.
             known = sorted({a.run for a in await _subjects(log.js, f"hx.trace.*.{NO_TOKEN}.{NO_TOKEN}.{NO_TOKEN}")})
-            raise TraceNotFound(f"no run {run!r} on the log; runs: {_listed(known) or 'none'}")
+            raise NotOnLog(f"no run {run!r} on the log; runs: {_listed(known) or 'none'}")
         tasks = sorted({a.task for a in in_run if a.task is not None})
-        raise TraceNotFound(f"run {run!r} has no task {task!r}; its tasks: {_listed(tasks) or 'none'}")
+        raise NotOnLog(f"run {run!r} has no task {task!r}; its tasks: {_listed(tasks) or 'none'}")
     rounds = tuple(sorted({a.round for a in found if a.round is not None}))
     chosen = rounds[-1] if round is None else round
     if chosen not in rounds:
-        raise TraceNotFound(f"task {task!r} of run {run!r} has no attempt in round {chosen}; "
-                            f"rounds with attempts: {_listed(rounds)}")
+        raise NotOnLog(f"task {task!r} of run {run!r} has no attempt in round {chosen}; "
+                       f"rounds with attempts: {_listed(rounds)}")
     attempts = tuple(sorted({a.attempt for a in found if a.round == chosen and a.attempt is not None}))
     number = attempts[0] if attempt is None else attempt
     if number not in attempts:
-        raise TraceNotFound(f"task {task!r} of run {run!r} has no attempt {number} in round {chosen}; "
-                            f"attempts: {_listed(attempts)}")
+        raise NotOnLog(f"task {task!r} of run {run!r} has no attempt {number} in round {chosen}; "
+                       f"attempts: {_listed(attempts)}")
     return chosen, number, rounds, attempts
 
 
@@ -162,10 +158,10 @@ async def stage_round(log: EventLog, run: str, task: str, stage: int) -> int:
         return with_task[0].round
     named = _listed(f"{s.round} ({s.variant or 'main'})" for s in (with_task or mains))
     if not with_task:
-        raise TraceNotFound(f"task {task!r} of run {run!r} has no attempt in the main rollouts of evolution round "
-                            f"{stage} (trace rounds {named})")
-    raise TraceNotFound(f"task {task!r} was attempted in several main rollouts of evolution round {stage}, "
-                        f"one per variant: pass --round with one of trace rounds {named}")
+        raise NotOnLog(f"task {task!r} of run {run!r} has no attempt in the main rollouts of evolution round "
+                       f"{stage} (trace rounds {named})")
+    raise NotOnLog(f"task {task!r} was attempted in several main rollouts of evolution round {stage}, "
+                   f"one per variant: pass --round with one of trace rounds {named}")
 
 
 async def read_transcript(log: EventLog, run: str, task: str, round: int | None = None,

@@ -19,7 +19,6 @@ from hx.report.export import curves
 from hx.report.export_fold import RunFold
 from projections.ledger_records import RoundRecords
 from schemas.edits import BUCKETS
-from schemas.errors import HxError
 from schemas.event import Event
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import HeldoutScored, LedgerEvent
@@ -27,10 +26,6 @@ from streams.log import EventLog
 from streams.topology import LEARN, subject_token
 
 LearnerRecord = PolicyUpdated | UpdateSkipped
-
-
-class ReportError(HxError):
-    """A report cannot be made: no such run, or a directory that cannot be written."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +75,7 @@ class ReportData:
 
     @classmethod
     def of(cls, records: Sequence[LedgerEvent], learner: Sequence[Event] = ()) -> ReportData:
-        """Fold a run's ledger records and its learner records (``ExportError`` if the ledger does not fold)."""
+        """Fold a run's ledger records and its learner records (``ReportError`` if the ledger does not fold)."""
         fold = RunFold.of(records)
         settings = fold.opened.settings
         summary = report(fold.ledger, {})

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from hx.aegis.state import LedgerInvalid, RunState
+from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
+from hx.replay.errors import LedgerRefused
+from hx.report.errors import ReportError
 from projections.ledger import RunLedger
 from projections.ledger_records import RoundRecords, ShipRecord
 from schemas.errors import HxError
@@ -29,10 +31,6 @@ _KEEP = re.compile(r"[A-Za-z0-9.\-]")
 _NAME_MAX = 160
 
 
-class ExportError(HxError):
-    """A run cannot be exported: no ledger, a ledger that does not fold, a directory that cannot be written."""
-
-
 @dataclass
 class RunFold:
     """A run's ledger, folded for export: the fold, and the loop's state with its harnesses built."""
@@ -41,14 +39,14 @@ class RunFold:
 
     @classmethod
     def of(cls, records: Sequence[LedgerEvent]) -> RunFold:
-        """Fold a run's ledger records (the first is its ``LedgerOpened``); ``ExportError`` if they do not fold."""
+        """Fold a run's ledger records (the first is its ``LedgerOpened``); ``ReportError`` if they do not fold."""
         try:
             return cls(RunState.of(records))
-        except LedgerInvalid as exc:
-            raise ExportError(str(exc)) from None
+        except LedgerRefused as exc:
+            raise ReportError(str(exc)) from None
         except HxError as exc:
             run = records[0].run_id if records else "?"
-            raise ExportError(f"a harness recorded on the ledger of run {run!r} does not build: {exc}") from None
+            raise ReportError(f"a harness recorded on the ledger of run {run!r} does not build: {exc}") from None
 
     @property
     def ledger(self) -> RunLedger:

@@ -33,19 +33,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hx.runtime.errors import CodeError
 from projections.ledger import RunLedger
 from schemas.edits import CodeAsset
-from schemas.errors import HxError
 from streams.log import EventLog
 from streams.topology import BLOB_STORE
 
 PLUGIN_PREFIX = "hx_plugin_"
 OBJECT_PREFIX = "code/"
 _BASE = "Processor"
-
-
-class CodeError(HxError):
-    """Processor source that cannot be stored, read back or named."""
 
 
 def source_digest(source: str) -> str:

@@ -18,14 +18,14 @@ import msgspec
 
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import ContractViolation, Interrupt
+from hx.runtime.errors import AttemptExists, ProviderError
 from hx.runtime.pipeline import HookPipeline
-from hx.runtime.providers.base import CallContext, ProviderError
+from hx.runtime.providers.base import CallContext
 from hx.runtime.providers.resources import ProviderResources
 from hx.runtime.router import ModelRouter, RoleChains
 from hx.runtime.services import AttemptServices, attempt_services
 from hx.runtime.task import Task, Tool
 from hx.runtime.tracer import AttemptTracer, LogWriter, NullWriter, TraceWriter
-from schemas.errors import HxError
 from schemas.hooks import (
     AfterModel,
     AfterTool,
@@ -60,10 +60,6 @@ class AttemptResult(msgspec.Struct, frozen=True, kw_only=True):
     events: int = 0
     """Events the attempt put on the log."""
     final_answer: str = ""
-
-
-class AttemptExists(HxError):
-    """The attempt's subject already holds events: rerunning it would be deduplicated away."""
 
 
 class RunLoop:

@@ -15,8 +15,9 @@ from typing import Any
 import msgspec
 
 from hx.harness.config import HarnessConfig
+from hx.runtime.errors import ModelSpecError, ProviderError
 from hx.runtime.loop import AttemptResult, RunLoop
-from hx.runtime.providers.base import ModelSpecError, ProviderError, check_spec
+from hx.runtime.providers.base import check_spec
 from hx.runtime.providers.resources import ProviderResources
 from hx.runtime.task import Task
 from streams.log import EventLog

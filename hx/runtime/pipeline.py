@@ -18,14 +18,11 @@ import msgspec
 from hx.harness.contracts import changed_paths, check_contract
 from hx.harness.errors import ContractViolation, Interrupt
 from hx.harness.processor import Processor
+from hx.runtime.errors import ProcessorFailed
 from schemas.event import Event
 from schemas.hooks import HOOK_EVENT_TYPES, HookName, HookPayload, HookRecord, ProcessorTriggered
 
 Action = Literal["changed", "split", "intercepted", "interrupted"]
-
-
-class ProcessorFailed(Interrupt):
-    """A processor raised something other than ``Interrupt``: the attempt ends, blamed on it."""
 
 
 class HookPipeline:

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
-from hx.runtime.providers.base import CallContext, Completion, ContextTooLong, Provider, ProviderError, make_provider
+from hx.runtime.errors import ContextTooLong, ProviderError
+from hx.runtime.providers.base import CallContext, Completion, Provider, make_provider
 from hx.runtime.providers.resources import ProviderResources
 from schemas.event import Event
 from schemas.messages import Message, ToolSchema

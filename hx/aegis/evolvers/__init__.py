@@ -9,14 +9,16 @@ subclass (its ``build`` takes what the command has) and one entry-point line.
 >>> make_evolver("x", meta=None, store=None)
 Traceback (most recent call last):
 ...
-hx.aegis.evolvers.base.EvolverError: unknown evolver 'x'; known: frozen, llm, offline
+hx.aegis.errors.EvolverError: unknown evolver 'x'; known: frozen, llm, offline
 """
 
 from __future__ import annotations
 
-from hx.aegis.evolvers.base import Evolver, EvolverError
+from hx.aegis.errors import EvolverError
+from hx.aegis.evolvers.base import Evolver
 from hx.aegis.meta import MetaAgent
-from hx.entry_points import LoadFailed, Registry, UnknownName
+from hx.entry_points import Registry
+from hx.errors import LoadFailed, UnknownName
 from hx.runtime.code import CodeStore
 
 EVOLVERS: Registry[type[Evolver]] = Registry("hx.evolvers", "evolver")

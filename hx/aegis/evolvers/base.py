@@ -18,12 +18,7 @@ from hx.aegis.meta import MetaAgent
 from hx.aegis.state import RunState
 from hx.runtime.code import CodeStore
 from schemas.edits import Anchor, AnyEditOp, CodeAsset, Manifest
-from schemas.errors import HxError
 from schemas.landscape import Landscape, TaskDigest
-
-
-class EvolverError(HxError):
-    """An evolver cannot be built or used as configured."""
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,16 @@ import msgspec
 
 import hx.processors  # noqa: F401 - the catalog lists the library processors, registered on import
 from hx.aegis import levers
-from hx.aegis.evolvers.base import Context, Evolver, EvolverError, Proposal, evidence_for, judged
+from hx.aegis.errors import EvolverError
+from hx.aegis.evolvers.base import Context, Evolver, Proposal, evidence_for, judged
 from hx.aegis.evolvers.prompts import SYSTEM, propose_prompt, revise_prompt
 from hx.aegis.evolvers.reply import WireCandidate, WireCode, WireReply, parse
 from hx.aegis.meta import MetaAgent
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harness.processor import registered
-from hx.runtime.code import CodeError, CodeStore, Declared, declared_processor, module_name, source_digest
-from hx.runtime.providers.base import ProviderError
+from hx.runtime.code import CodeStore, Declared, declared_processor, module_name, source_digest
+from hx.runtime.errors import CodeError, ProviderError
 from projections.ledger_records import lever_of
 from schemas.edits import Attach, CodeAsset, Manifest, Replace
 from schemas.messages import Message

@@ -14,21 +14,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from hx.aegis.evolvers.base import EvolverError
+from hx.aegis.errors import EvolverReplyError
 from schemas.edits import AnyEditOp
 
 T = TypeVar("T")
 _FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.S)
 _AT = re.compile(r"(.*) - at `\$(.*)`", re.S)
 _OPS = "attach, replace, remove, reparam"
-
-
-class EvolverReplyError(EvolverError):
-    """A meta-model's reply does not parse; the message names the problem and its place."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
 
 
 class WireCode(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

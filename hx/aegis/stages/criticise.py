@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from hx.aegis import critic as deterministic_critic
 from hx.aegis.critic import Review
-from hx.aegis.evolvers.base import EvolverError, Proposal
+from hx.aegis.errors import EvolverError, PipelineError
+from hx.aegis.evolvers.base import Proposal
 from hx.aegis.gate import CodeCheck
-from hx.aegis.stage import PipelineError, RoundContext
+from hx.aegis.stage import RoundContext
 from hx.aegis.stages.propose import candidate, context
 from hx.aegis.state import RunState
 from hx.replay.ledger_view import headline

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hx.aegis.errors import PipelineError
 from hx.aegis.metrics import metrics
-from hx.aegis.stage import PipelineError, RoundContext
+from hx.aegis.stage import RoundContext
 from hx.replay.trace_rounds import trace_marks
 from schemas.ledger import RoundDecided
 

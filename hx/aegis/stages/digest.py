@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hx.aegis.digester import ProseWriter, actionability, digest_round, with_prose
+from hx.aegis.errors import PipelineError
 from hx.aegis.evidence import Evidence
-from hx.aegis.stage import PipelineError, RoundContext
+from hx.aegis.stage import RoundContext
 from schemas.ledger import RoundDigested
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from hx.aegis.errors import PipelineError
 from hx.aegis.gate import CodeCheck, judge
 from hx.aegis.shipping import fork, ship
-from hx.aegis.stage import CodeSource, Ending, PipelineError, RoundContext
+from hx.aegis.stage import CodeSource, Ending, RoundContext
 from hx.aegis.state import RunState
 from hx.gate.rule import Verdict
 from hx.harness.edits import apply

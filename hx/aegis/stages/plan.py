@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hx.aegis.errors import PipelineError
 from hx.aegis.planner import plan
-from hx.aegis.stage import PipelineError, RoundContext
+from hx.aegis.stage import RoundContext
 from schemas.ledger import LandscapePlanned
 
 

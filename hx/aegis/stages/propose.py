@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hx.aegis.candidates import candidate_of
-from hx.aegis.evolvers.base import Context, EvolverError, Proposal
+from hx.aegis.errors import EvolverError, PipelineError
+from hx.aegis.evolvers.base import Context, Proposal
 from hx.aegis.gate import CodeCheck
-from hx.aegis.stage import PipelineError, RoundContext
+from hx.aegis.stage import RoundContext
 from hx.aegis.state import RunState
 from schemas.ledger import CandidateProposed
 

@@ -5,14 +5,8 @@ Providers are the ``hx.providers`` entry points, named by scheme (hx's own are d
 seconds to import, and most hx commands never call a model.
 """
 
-from hx.runtime.providers.base import (
-    CallContext,
-    Completion,
-    ContextTooLong,
-    Provider,
-    ProviderError,
-    make_provider,
-)
+from hx.runtime.errors import ContextTooLong, ProviderError
+from hx.runtime.providers.base import CallContext, Completion, Provider, make_provider
 from hx.runtime.providers.resources import ProviderResources
 
 __all__ = ["CallContext", "Completion", "ContextTooLong", "Provider", "ProviderError", "ProviderResources",

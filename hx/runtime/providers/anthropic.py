@@ -23,15 +23,8 @@ from anthropic.types import (
 )
 from anthropic.types import Message as ApiMessage
 
-from hx.runtime.providers.base import (
-    CallContext,
-    Completion,
-    ModelSpecError,
-    Provider,
-    ProviderError,
-    check_url,
-    option_or_env,
-)
+from hx.runtime.errors import ModelSpecError, ProviderError
+from hx.runtime.providers.base import CallContext, Completion, Provider, check_url, option_or_env
 from hx.runtime.providers.http_errors import classify_status, retry_after
 from schemas.messages import Message, ToolCall, ToolSchema, Usage
 from streams.redaction import mask_url, register, register_url, scrub

@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from hx.entry_points import LoadFailed, Registry, UnknownName
+from hx.entry_points import Registry
+from hx.errors import LoadFailed, UnknownName
+from hx.runtime.errors import ModelSpecError
 from hx.runtime.providers.resources import ProviderResources
-from schemas.errors import HxError
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, Usage
-from schemas.model import ModelErrorKind
 from streams.log import EventLog
 from streams.redaction import mask_url, register, scrub
 
@@ -47,22 +47,6 @@ class CallContext(msgspec.Struct, frozen=True, kw_only=True):
     step: int
     role: str = "main"
     seed: int = 0
-
-
-class ProviderError(HxError):
-    """A model call failed; ``kind`` says whether to retry, fall back or raise."""
-
-    def __init__(self, kind: ModelErrorKind, message: str, *, retry_after: float | None = None) -> None:
-        self.kind: ModelErrorKind = kind
-        self.retry_after = retry_after
-        super().__init__(scrub(message))
-
-
-class ContextTooLong(ProviderError):
-    """The request does not fit the model's context window: no retry or fallback can help."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("context_length", message)
 
 
 def option_or_env(options: Mapping[str, Any], name: str, *env: str) -> str:
@@ -123,13 +107,6 @@ def register_provider(cls: type[Provider]) -> type[Provider]:
     """Make a provider class available under its scheme in this process (a test's or a plugin's own provider)."""
     PROVIDERS.add(cls.scheme, cls)
     return cls
-
-
-class ModelSpecError(ProviderError):
-    """A model spec cannot work: unknown provider, malformed URL, missing key. Found before a run starts."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("other", message)
 
 
 def provider_class(spec: str) -> tuple[type[Provider], str]:

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Mapping
 
-from hx.runtime.providers.base import ContextTooLong, ProviderError
+from hx.runtime.errors import ContextTooLong, ProviderError
 from streams.redaction import scrub
 
 CONTEXT_TOO_LONG = re.compile(

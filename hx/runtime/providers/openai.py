@@ -18,15 +18,8 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx2
 
-from hx.runtime.providers.base import (
-    CallContext,
-    Completion,
-    ModelSpecError,
-    Provider,
-    ProviderError,
-    check_url,
-    option_or_env,
-)
+from hx.runtime.errors import ModelSpecError, ProviderError
+from hx.runtime.providers.base import CallContext, Completion, Provider, check_url, option_or_env
 from hx.runtime.providers.http_errors import classify_status
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema, TopLogprob, Usage
 from streams.redaction import mask_url, register_url, scrub

@@ -14,7 +14,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from hx.runtime.providers.base import CallContext, Completion, Provider, ProviderError
+from hx.runtime.errors import ProviderError
+from hx.runtime.providers.base import CallContext, Completion, Provider
 from schemas.messages import Message, ToolSchema
 from schemas.model import ModelResponse
 from streams.log import EventLog

@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from hx.runtime.providers.base import CallContext, Completion, ModelSpecError, Provider
+from hx.runtime.errors import ModelSpecError
+from hx.runtime.providers.base import CallContext, Completion, Provider
 from schemas.messages import Message, ToolSchema
 
 
