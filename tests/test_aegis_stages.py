@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import structlog
 from evolve_worker import job
-from test_aegis_loop import killed_mid_round, of, worker
+from test_aegis_loop import evolve, killed_mid_round, of, worker
 from toyworld import ToyWorld
 
 from hx.aegis.errors import PipelineError
@@ -21,7 +21,6 @@ from hx.aegis.evolvers.offline import OfflineEvolver
 from hx.aegis.gate import Forbidden
 from hx.aegis.ledger import Ledger
 from hx.aegis.loop import Evolution
-from hx.aegis.session import Parts, run_evolution
 from hx.aegis.settings import EvolveSettings, Progress
 from hx.aegis.stage import RoundContext
 from hx.aegis.stages import pipeline
@@ -38,23 +37,11 @@ from streams.config import NatsSettings
 from streams.connection import Connection, connect
 
 
-async def evolve(conn: Connection, run_id: str, parts: Parts, rounds: int = 2) -> list[LedgerEvent]:
-    """Run the test job with ``parts``; the run's ledger."""
-    bench = ToyWorld()
-    await run_evolution(conn, [bench], job(run_id, bench, rounds), parts, resume=False)
-    ledger = Ledger(conn, run_id)
-    try:
-        await ledger.load()
-        return list(ledger.records)
-    finally:
-        await ledger.close()
-
-
 async def test_a_round_log_stage_logs_each_decided_round_and_appends_nothing(nats_url: str) -> None:
     async with connect(NatsSettings(url=nats_url)) as conn:
-        plain = await evolve(conn, "stages-plain", Parts(OfflineEvolver()))
+        plain = await evolve(conn, "stages-plain", rounds=2)
         with structlog.testing.capture_logs() as logs:
-            logged = await evolve(conn, "stages-logged", Parts(OfflineEvolver(), stages=(RoundLog(),)))
+            logged = await evolve(conn, "stages-logged", rounds=2, stages=(RoundLog(),))
     lines = [line for line in logs if line.get("event") == "round decided"]
     decisions, digests = of(logged, RoundDecided), of(logged, RoundDigested)
     assert [line["round"] for line in lines] == [d.round for d in decisions] == [0, 1]
@@ -72,7 +59,7 @@ async def test_each_stage_shows_its_output_on_the_progress_line(nats_url: str) -
     progress = Progress(stage=lambda t, what: started.append((t, what)),
                         shown=lambda t, stage, line: shown.append((t, stage, line)))
     async with connect(NatsSettings(url=nats_url)) as conn:
-        records = await evolve(conn, "stages-shown", Parts(OfflineEvolver(), progress), rounds=1)
+        records = await evolve(conn, "stages-shown", rounds=1, progress=progress)
     [digested] = of(records, RoundDigested)
     [decision] = of(records, RoundDecided)
     assert [s for _, s, _ in shown] == [s for _, s in started] == ["rollouts", "digest", "plan", "propose",
