@@ -1,6 +1,6 @@
 """The evolution job as ``LedgerOpened.settings`` records it, read in today's shape whichever shape it was written in.
 
-Since issue 34 the job is nested: the rollout's settings under ``rollout``, the loop's under
+Today the job is nested: the rollout's settings under ``rollout``, the loop's under
 ``loop``, an ``hx coevolve`` job's under ``coevolve``. Before, it was flat: the rollout's five
 settings at top level, the loop's under ``settings`` and the co-evolution's under ``coevolve``
 (``{}`` for a plain evolution). A recorded job is signed and chained with its ledger, so it is
@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 ROLLOUT_FIELDS = ("attempts", "concurrency", "max_steps", "seed", "timeout_s")
-"""The rollout's settings, at the top level of a job recorded before issue 34."""
+"""The rollout's settings, at the top level of a job recorded before jobs were nested."""
 
 
 def nested_job(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A recorded job (``LedgerOpened.settings``) in the nested shape: a flat (pre-issue-34) one upgraded, a nested
+    """A recorded job (``LedgerOpened.settings``) in the nested shape: a flat (older) one upgraded, a nested
     one as it is."""
     if "rollout" in settings or "loop" in settings:
         return dict(settings)

@@ -108,6 +108,9 @@ class LedgerOpened(LedgerEvent, frozen=True, kw_only=True):
     digest: str
     variant: str = "v0"
     settings: dict[str, Any] = {}
+    """The run's job as plain data (``hx.aegis.job.EvolveJob``, credentials masked), read back typed by
+    ``recorded_job`` (the flat shape older runs wrote too). Plain data here, not the Struct: the job's types
+    live above this layer, and a signed event must re-encode to the bytes it was chained by."""
     heldout_digest: str = ""
     public_key: str = ""
     """``ed25519:<hex>``: the key every event of this ledger is signed with (empty: an unsigned ledger)."""

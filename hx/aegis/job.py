@@ -6,7 +6,7 @@ loop's ``EvolveSettings``, the rollout's ``RolloutSettings``, the models and the
 job (``EvolveJob``) is that request resolved: the task ids themselves and the initial harness.
 It is recorded in ``LedgerOpened.settings`` as nested plain data, so a resumed run
 (``hx evolve --resume RUN``), a replay and an export read back the very same job
-(``hx.aegis.session.recorded_job``, which also reads the flat shape written before issue 34).
+(``hx.aegis.session.recorded_job``, which also reads the flat shape of runs recorded before jobs were nested).
 
 >>> job = EvolveJob(run_id="r", benches=("twx:coin",), adaptation=(), heldout=(), rollout=RolloutSettings(seed=3))
 >>> recorded = msgspec.to_builtins(job)

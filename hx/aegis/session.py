@@ -204,8 +204,8 @@ def new_job(run_id: str, benches: Sequence[Benchmark], request: EvolveRequest, *
 
 
 def recorded_job(settings: Mapping[str, Any]) -> EvolveJob:
-    """The job a ledger recorded (``LedgerOpened.settings``), nested or in the flat shape written before issue 34;
-    an ``hx coevolve`` job as a ``CoevolveJob``."""
+    """The job a ledger recorded (``LedgerOpened.settings``), nested or flat (as older runs recorded it); an
+    ``hx coevolve`` job as a ``CoevolveJob``."""
     job = nested_job(settings)
     if not job.get("coevolve"):
         return msgspec.convert(job, EvolveJob)
