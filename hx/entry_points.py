@@ -17,6 +17,7 @@ hx.errors.UnknownName: unknown learner algorithm 'nope'; known: grpo, rloo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
@@ -41,6 +42,12 @@ class Registry(Generic[T]):
     def names(self) -> tuple[str, ...]:
         """Every name known: registered entry points and in-process additions, sorted."""
         return tuple(sorted({*self._points(), *self._added}))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
 
     def add(self, name: str, obj: T) -> T:
         """Register ``obj`` under ``name`` for this process (a plugin defined at run time, a test double)."""

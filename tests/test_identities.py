@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from hx.learner.policy import KINDS
+from hx.learner.kinds import KINDS
 from hx.learner.provider import PolicyProvider
 from hx.runtime.errors import ModelSpecError
 from schemas.envelope import decode_body, encode_body

@@ -90,6 +90,20 @@ def test_every_declared_projection_is_a_built_in_projection_of_its_name() -> Non
         assert issubclass(cls, Projection) and cls.name == name
 
 
+def test_every_declared_algorithm_and_policy_kind_is_its_kind_under_its_name() -> None:
+    from hx.learner.algorithm import ALGORITHMS
+    from hx.learner.kinds import KINDS
+    from hx.learner.policy import Policy
+
+    assert declared("hx.algorithms") == list(ALGORITHMS.names()) == ["grpo", "rloo"]
+    for name in declared("hx.algorithms"):
+        assert ALGORITHMS.load(name).name == name
+    assert declared("hx.policies") == list(KINDS) == ["lm", "scorer"]
+    for name in declared("hx.policies"):
+        cls = KINDS.load(name)
+        assert isinstance(cls, type) and issubclass(cls, Policy)
+
+
 # --- a plugin is one module and one entry-point line ------------------------------------------------------------
 
 PLUGIN = '''

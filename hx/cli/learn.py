@@ -21,6 +21,7 @@ import msgspec
 
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console
 from hx.learner.algorithm import ALGORITHMS, algorithm
+from hx.learner.kinds import KINDS
 from schemas.errors import HxError
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.lifecycle import RoundFinished, RunFinished
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from hx.learner.trainer import LearnerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
-KINDS = ("scorer", "lm")
 
 
 def _policy_config(_ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int | float]:
@@ -53,7 +53,7 @@ def learner_options(fn: F) -> F:
     options = [
         click.option("--learner", "learner_name", default="default", show_default=True,
                      help="Learner name (several learners may train on one run)."),
-        click.option("--kind", type=click.Choice(KINDS), default="scorer", show_default=True,
+        click.option("--kind", type=click.Choice(tuple(KINDS)), default="scorer", show_default=True,
                      help="Policy kind of a fresh policy: a choice scorer, or a small causal LM."),
         click.option("--init", "init_version", default="", metavar="VERSION",
                      help="Start from this stored checkpoint instead of a fresh policy."),

@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from hx.learner.errors import PolicyError, Unservable
+from hx.learner.kinds import KINDS
 from schemas.messages import Message, TokenLogprob, ToolCall, ToolSchema
 
 Batch = dict[str, np.ndarray]
@@ -104,20 +105,11 @@ def decisions_of(tools: Sequence[ToolSchema], call: ToolCall) -> list[tuple[Deci
     return out
 
 
-KINDS: dict[str, str] = {"scorer": "hx.learner.scorer:ScorerPolicy", "lm": "hx.learner.lm_policy:LMPolicy"}
-"""Policy kind to ``module:Class``; imported on first use (JAX model code is slow to import)."""
-
-
 def policy_kind(kind: str) -> type[Policy]:
-    """The policy class of a kind; ``PolicyError`` naming the known kinds otherwise."""
-    import importlib
-
-    target = KINDS.get(kind)
-    if target is None:
-        raise PolicyError(f"unknown policy kind {kind!r}; known: {', '.join(sorted(KINDS))}")
-    module, _, name = target.partition(":")
-    cls: type[Policy] = getattr(importlib.import_module(module), name)
-    return cls
+    """The policy class of a kind (an ``hx.policies`` entry point); ``PolicyError`` naming the known kinds otherwise."""
+    if kind not in KINDS:
+        raise PolicyError(f"unknown policy kind {kind!r}; known: {', '.join(KINDS)}")
+    return KINDS.load(kind)
 
 
 def bucket(n: int, minimum: int = 1) -> int:

@@ -27,7 +27,8 @@ from nats.js.errors import NotFoundError
 
 from hx.learner import checkpoint
 from hx.learner.errors import PolicyError
-from hx.learner.policy import KINDS, Policy
+from hx.learner.kinds import KINDS
+from hx.learner.policy import Policy
 from hx.learner.store import PolicyStore
 from hx.runtime.errors import ModelSpecError, ProviderError
 from hx.runtime.providers.base import CallContext, Completion, Provider
