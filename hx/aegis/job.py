@@ -8,7 +8,7 @@ It is recorded in ``LedgerOpened.settings`` as nested plain data, so a resumed r
 (``hx evolve --resume RUN``), a replay and an export read back the very same job
 (``hx.aegis.session.recorded_job``, which also reads the flat shape of runs recorded before jobs were nested).
 
->>> job = EvolveJob(run_id="r", benches=("twx:coin",), adaptation=(), heldout=(), rollout=RolloutSettings(seed=3))
+>>> job = EvolveJob(run_id="r", benches=("mybench:game",), adaptation=(), heldout=(), rollout=RolloutSettings(seed=3))
 >>> recorded = msgspec.to_builtins(job)
 >>> recorded["rollout"]["seed"], recorded["loop"]["rounds"], "coevolve" in recorded
 (3, 6, False)

@@ -2,7 +2,7 @@
 
 A sample's advantage is its trajectory's reward standardised within its group,
 ``(r - mean) / (std + adv_eps)`` (population std; ``hx.processors.training_bridge.standardised``,
-the one place that arithmetic lives). A group whose rewards are all equal gets zeros. The loss
+the one place that computation lives). A group whose rewards are all equal gets zeros. The loss
 is the family's clipped surrogate (``hx.learner.policy_gradient.clipped_loss``).
 
 >>> GRPO().advantages({"a": [1.0, 0.0], "b": [0.5, 0.5]}, GRPOConfig())

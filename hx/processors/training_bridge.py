@@ -18,7 +18,7 @@ replay-buffer projection folds:
 
 ``group_advantages`` then computes the paper's group-relative advantage: trajectories
 are grouped by task across harness versions, and each turn of a trajectory gets
-``(r - mean) / (std + eps)`` of its group (``standardised``, the one place that arithmetic
+``(r - mean) / (std + eps)`` of its group (``standardised``, the one place that computation
 lives: the learner's GRPO uses it too). A group whose rewards are all equal carries no
 signal: its advantages are 0; whether to drop it is the caller's choice.
 
