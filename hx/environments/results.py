@@ -4,7 +4,7 @@ The numbers come from attempt verdicts (``AttemptOutcome``), which ``hx.environm
 reads back from the log through the ``TaskHistory`` projection; this module only
 aggregates them and presents them: a rich table, a Markdown table and JSON.
 
->>> outs = [AttemptOutcome(task_id="twx:coin:dev:0", attempt=a, passed=a == 1, score=float(a == 1), steps=9)
+>>> outs = [AttemptOutcome(task_id="mybench:game:dev:0", attempt=a, passed=a == 1, score=float(a == 1), steps=9)
 ...         for a in range(2)]
 >>> report = summarise(outs, attempts=2)
 >>> report.overall.pass_at_1, report.overall.pass_at_2

@@ -11,7 +11,9 @@ Splits are kept apart (``hx.environments.splits``): a round runs the tasks of on
 the held-out split is run only through ``hx.environments.heldout.evaluate_heldout``, which hands
 back aggregate scores and no per-task detail.
 
->>> attempt_seed(0, "twx:coin:dev:0", 1) == attempt_seed(0, "twx:coin:dev:0", 1) != attempt_seed(0, "twx:coin:dev:0", 0)
+>>> attempt_seed(0, "mybench:game:dev:0", 1) == attempt_seed(0, "mybench:game:dev:0", 1)
+True
+>>> attempt_seed(0, "mybench:game:dev:0", 1) != attempt_seed(0, "mybench:game:dev:0", 0)
 True
 """
 

@@ -6,7 +6,7 @@ Every round of a run is tagged with a role, ``adaptation`` or ``heldout``
 that any held-out round of the run evaluated; a held-out split is run only through
 ``hx.environments.heldout.evaluate_heldout``, which hands back aggregate scores and no per-task detail.
 
->>> Splits(adaptation=("twx:coin:dev:0",), heldout=("twx:coin:test:0",)).role_of("twx:coin:test:0")
+>>> Splits(adaptation=("mybench:game:dev:0",), heldout=("mybench:game:test:0",)).role_of("mybench:game:test:0")
 'heldout'
 """
 
