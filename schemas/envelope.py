@@ -2,14 +2,24 @@
 
 A message's body is msgpack of the event's fields. Its headers carry the event's type
 (``Hx-Type``), schema version (``Hx-Schema-Version``), wall-clock time (``Hx-Time``, in
-nanoseconds; kept out of the body so replayed bodies compare equal) and a deterministic
-``Nats-Msg-Id`` so the server drops a retried duplicate. A *frame* packs several events
-into one message (``Hx-Type: hx.frame``, ``Hx-Count: n``): the NATS client's per-message
-cost dominates small events, so frames are how bulk writers and readers go fast.
+nanoseconds) and a deterministic ``Nats-Msg-Id`` so the server drops a retried duplicate.
+A *frame* packs several events into one message (``Hx-Type: hx.frame``, ``Hx-Count: n``):
+the NATS client's per-message cost dominates small events, so frames are how bulk writers
+and readers go fast.
+
+When an event happened is its ``Stamp``: the wall clock and the writing process's monotonic
+clock when it was emitted, and, on an event that ends a timed call (a model's response or
+error, a tool's return), how long the call took on the monotonic clock. A stamp travels in the
+envelope, never in the body: a replayed run happens at other times, and its bodies must still
+compare equal to the recorded ones. A single-event message carries its stamp in headers
+(``Hx-Time``, ``Hx-Mono``, ``Hx-Took``); a frame carries one per event beside its body, and its
+own ``Hx-Time`` is when the frame was sent, so a reader can tell when a thing happened from when
+it reached the log.
 """
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -21,6 +31,10 @@ from schemas.event import Event, event_type
 HX_TYPE = "Hx-Type"
 HX_SCHEMA_VERSION = "Hx-Schema-Version"
 HX_TIME = "Hx-Time"
+HX_MONO = "Hx-Mono"
+"""Header: the writer's monotonic clock (ns) when a single-event message's event happened."""
+HX_TOOK = "Hx-Took"
+"""Header: how long the call a single-event message's event ends took (ns); absent when it ends none."""
 HX_COUNT = "Hx-Count"
 MSG_ID = "Nats-Msg-Id"
 FRAME_TYPE = "hx.frame"
@@ -33,8 +47,27 @@ _encoder = msgspec.msgpack.Encoder(order="deterministic")
 _readers: dict[str, tuple[msgspec.msgpack.Decoder[Event], type[Event]]] = {}
 
 
+class Stamp(msgspec.Struct, frozen=True, gc=False):
+    """When an event happened: wall clock and the writer's monotonic clock (ns), and the call it ends took."""
+
+    wall_ns: int
+    mono_ns: int = 0
+    """``time.monotonic_ns()`` in the process that emitted the event: compare only within one attempt."""
+    took_ns: int = 0
+    """On an event that ends a timed call (``Event.ENDS``): the call's duration; 0 otherwise."""
+
+    @classmethod
+    def now(cls, took_ns: int = 0) -> Stamp:
+        """The stamp of an event happening now."""
+        return cls(time.time_ns(), time.monotonic_ns(), took_ns)
+
+
+UNSTAMPED = Stamp(0)
+"""The stamp of an event whose time was not recorded: readers take its message's ``Hx-Time``."""
+
+
 class Record(msgspec.Struct, frozen=True, gc=False):
-    """A decoded event with its place on the log."""
+    """A decoded event with its place on the log and when it happened."""
 
     seq: int
     """Stream sequence of the message holding the event."""
@@ -44,18 +77,35 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     type: str
     version: int
     time_ns: int
+    """When the event happened (wall clock, ns); for an event written before hx stamped events, when its
+    message reached the log."""
     event: Event
+    mono_ns: int = 0
+    """The writer's monotonic clock when the event happened (0: not recorded)."""
+    took_ns: int = 0
+    """How long the call this event ends took (0: it ends none, or not recorded)."""
+    frame_ns: int = 0
+    """When the message holding the event was sent (its ``Hx-Time``)."""
 
     @property
     def position(self) -> tuple[int, int]:
         """The event's total order on its stream: (sequence, index in frame)."""
         return (self.seq, self.index)
 
+    @property
+    def start_ns(self) -> int:
+        """When the call this event ends began (wall clock); the event's own time when it ends none."""
+        return self.time_ns - self.took_ns
+
 
 class _FrameItem(msgspec.Struct, array_like=True, frozen=True):
     type: str
     version: int
     body: msgspec.Raw
+    # A stamp, flattened; frames written before events were stamped have none (zeros).
+    wall_ns: int = 0
+    mono_ns: int = 0
+    took_ns: int = 0
 
 
 _frame_decoder = msgspec.msgpack.Decoder(list[_FrameItem])
@@ -69,10 +119,19 @@ def encode_body(event: Event) -> bytes:
 
 
 def headers_for(type_name: str, version: int, msg_id: str, time_ns: int, count: int | None = None) -> dict[str, str]:
-    """The headers of a message holding one event (or a frame of ``count``)."""
+    """The headers of a frame of ``count`` events sent at ``time_ns`` (or of one event, without its stamp)."""
     headers = {HX_TYPE: type_name, HX_SCHEMA_VERSION: str(version), HX_TIME: str(time_ns), MSG_ID: msg_id}
     if count is not None:
         headers[HX_COUNT] = str(count)
+    return headers
+
+
+def event_headers(type_name: str, version: int, msg_id: str, stamp: Stamp) -> dict[str, str]:
+    """The headers of a message holding one event that happened at ``stamp``."""
+    headers = headers_for(type_name, version, msg_id, stamp.wall_ns)
+    headers[HX_MONO] = str(stamp.mono_ns)
+    if stamp.took_ns:
+        headers[HX_TOOK] = str(stamp.took_ns)
     return headers
 
 
@@ -106,24 +165,26 @@ def decode_body(type_name: str, version: int | str | None, body: bytes) -> Event
         raise DecodeError(f"malformed {type_name!r} body: {exc}") from None
 
 
-EncodedEvent = tuple[str, int, bytes]
-"""An event already encoded: (type, schema version, body), as a frame holds it."""
+EncodedEvent = tuple[str, int, bytes, Stamp]
+"""An event already encoded: (type, schema version, body, when it happened), as a frame holds it."""
 
 
-def encoded(event: Event) -> EncodedEvent:
-    """``event`` encoded as a frame holds it."""
+def encoded(event: Event, stamp: Stamp | None = None) -> EncodedEvent:
+    """``event`` encoded as a frame holds it, stamped ``stamp`` (now, when not given)."""
     cls = type(event)
-    return (cls.TYPE, cls.VERSION, encode_body(event))
+    return (cls.TYPE, cls.VERSION, encode_body(event), stamp or Stamp.now())
 
 
 def encode_frame_bodies(items: Sequence[EncodedEvent]) -> bytes:
     """A frame body from already encoded events."""
-    return _encoder.encode([_FrameItem(t, v, msgspec.Raw(body)) for t, v, body in items])
+    return _encoder.encode([_FrameItem(t, v, msgspec.Raw(body), s.wall_ns, s.mono_ns, s.took_ns)
+                            for t, v, body, s in items])
 
 
-def encode_frame(events: Iterable[Event]) -> bytes:
-    """Pack several events into one frame body."""
-    return encode_frame_bodies([encoded(e) for e in events])
+def encode_frame(events: Iterable[Event], stamp: Stamp = UNSTAMPED) -> bytes:
+    """Pack several events, all stamped ``stamp``, into one frame body (by default unstamped: a reader then
+    takes the frame's ``Hx-Time`` as their time; the same events give the same bytes)."""
+    return encode_frame_bodies([encoded(e, stamp) for e in events])
 
 
 def decode_frame(body: bytes) -> list[tuple[str, int, Event]]:
@@ -165,8 +226,19 @@ def _frame_records(subject: str, seq: int, time_ns: int, body: bytes) -> list[Re
                 raise DecodeError(f"malformed {t!r} body: {exc}") from None
         else:
             ev = decode_body(t, v, it.body)  # first of its type, or a version mismatch: the strict path
-        append(Record(seq, i, subject, t, v, time_ns, ev))
+        append(Record(seq, i, subject, t, v, it.wall_ns or time_ns, ev, it.mono_ns, it.took_ns, time_ns))
     return out
+
+
+def _header_int(headers: Mapping[str, str], name: str) -> int:
+    """An optional integer header (0 when absent); ``DecodeError`` naming it when it is not an integer."""
+    value = headers.get(name)
+    if value is None:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise DecodeError(f"bad {name} header {value!r}") from None
 
 
 class OpenedMessage:
@@ -191,13 +263,14 @@ class OpenedMessage:
             encoding = hdrs.get(HX_ENCODING)
             body = inflate(encoding, body) if encoding is not None else body
             self._frame = type_name == FRAME_TYPE
+            mono, took = _header_int(hdrs, HX_MONO), _header_int(hdrs, HX_TOOK)
             if self._frame:
                 try:
                     self._items = _frame_decoder.decode(body)
                 except msgspec.DecodeError as exc:
                     raise DecodeError(f"malformed frame: {exc}") from None
             else:
-                self._items = [_FrameItem(type_name, 0, msgspec.Raw(body))]
+                self._items = [_FrameItem(type_name, 0, msgspec.Raw(body), self._time_ns, mono, took)]
         except DecodeError as exc:
             raise exc.at(subject=subject, seq=seq) from None
 
@@ -212,7 +285,8 @@ class OpenedMessage:
         except DecodeError as exc:
             raise exc.at(subject=self.subject, seq=self.seq) from None
         version = it.version if self._frame else int(self._version or 0)
-        return Record(self.seq, index, self.subject, it.type, version, self._time_ns, event)
+        return Record(self.seq, index, self.subject, it.type, version, it.wall_ns or self._time_ns, event,
+                      it.mono_ns, it.took_ns, self._time_ns)
 
 
 def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes) -> list[Record]:
@@ -237,6 +311,7 @@ def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, bo
         version = hdrs.get(HX_SCHEMA_VERSION)
         event = decode_body(type_name, version, body)
         # The version as stored (an older one the class READS included), as a frame's items report it.
-        return [Record(seq, 0, subject, type_name, int(version or 0), time_ns, event)]
+        return [Record(seq, 0, subject, type_name, int(version or 0), time_ns, event,
+                       _header_int(hdrs, HX_MONO), _header_int(hdrs, HX_TOOK), time_ns)]
     except DecodeError as exc:
         raise exc.at(subject=subject, seq=seq) from None

@@ -26,6 +26,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     Readers quarantine an event found elsewhere, and one whose ``run_id``, ``round``, ``task_id``
     or ``attempt`` disagrees with its subject."""
 
+    STARTS: ClassVar[str] = ""
+    """The kind of timed call (``model``, ``tool``) this event starts; its stamp is the call's start."""
+    ENDS: ClassVar[str] = ""
+    """The kind of timed call this event ends; its stamp's ``took_ns`` is the call's duration."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.TYPE:

@@ -85,9 +85,9 @@ class GameScore(Payload, frozen=True, kw_only=True):
 class LedgerEvent(Event, frozen=True, kw_only=True):
     """Base of every ledger event: the run, the digest of the run's previous ledger event, and its signature."""
 
-    VERSION = 2
-    READS = (1,)
-    """Version 1 had no ``signature`` (and ``ledger.opened`` no ``public_key``)."""
+    VERSION = 3
+    READS = (1, 2)
+    """Version 1 had no ``signature`` (and ``ledger.opened`` no ``public_key``); version 2 no ``at_ns``."""
 
     run_id: str
     prev: str = ""
@@ -95,6 +95,9 @@ class LedgerEvent(Event, frozen=True, kw_only=True):
     signature: str = ""
     """``ed25519:<base64>``: the writer's signature over this event's ``ledger_digest`` (empty: unsigned, as every
     event written before hx signed its ledgers). Left out of the digest it signs."""
+    at_ns: int = 0
+    """When the event was recorded (wall clock, ns). In the body, unlike a trace event's time, so that the digest
+    and the signature cover it: an auditor can trust when a decision was made. 0: recorded before hx kept it."""
 
 
 class LedgerOpened(LedgerEvent, frozen=True, kw_only=True):
@@ -351,8 +354,9 @@ def digested_body(event: LedgerEvent) -> bytes:
     """The bytes a ledger event's digest covers: its encoded body without its signature (nor an empty key)."""
     fields: dict[str, Any] = msgspec.msgpack.decode(encode_body(event))
     del fields["signature"]
-    if fields.get("public_key") == "":
-        del fields["public_key"]
+    for absent in ("public_key", "at_ns"):  # fields added later: their empty values leave old digests as they were
+        if fields.get(absent) in ("", 0):
+            del fields[absent]
     return _plain.encode(fields)
 
 

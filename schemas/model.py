@@ -14,6 +14,7 @@ class ModelRequest(Event, frozen=True, kw_only=True):
     """What was sent to a model for one role at one step."""
 
     TYPE = "model.request"
+    STARTS = "model"
     VERSION = 2
     READS = (1,)
     """Version 1 had no ``history``."""
@@ -38,6 +39,7 @@ class ModelResponse(Event, frozen=True, kw_only=True):
     """What a model answered, with what the learner needs to train on it."""
 
     TYPE = "model.response"
+    ENDS = "model"
 
     role: str
     model: str
@@ -57,6 +59,7 @@ class ModelError(Event, frozen=True, kw_only=True):
     """A model call failed; ``kind`` drives retry and fallback."""
 
     TYPE = "model.error"
+    ENDS = "model"
 
     role: str
     model: str

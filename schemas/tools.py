@@ -10,6 +10,7 @@ class ToolInvoked(Event, frozen=True, kw_only=True):
     """A tool call about to be executed (after the before_tool pipeline)."""
 
     TYPE = "tool.invoked"
+    STARTS = "tool"
 
     step: int
     call: ToolCall
@@ -19,6 +20,7 @@ class ToolReturned(Event, frozen=True, kw_only=True):
     """What the tool itself returned (before the after_tool pipeline)."""
 
     TYPE = "tool.returned"
+    ENDS = "tool"
 
     step: int
     result: ToolResult

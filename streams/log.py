@@ -30,7 +30,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
-from schemas.envelope import MSG_ID, EncodedEvent, Record
+from schemas.envelope import MSG_ID, EncodedEvent, Record, Stamp
 from schemas.event import Event
 from streams import direct, reading
 from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
@@ -138,7 +138,7 @@ class EventLog:
     async def append(self, subject: str, event: Event, *, key: str | None = None,
                      expected_last_seq: int | None = None) -> Appended:
         """Append one event and wait for its ack; with ``expected_last_seq``, only if the subject is there."""
-        out = entry_message(Entry(subject, event, key), time.time_ns())
+        out = entry_message(Entry(subject, event, key), Stamp.now())
         if expected_last_seq is not None:
             out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         return await self._publish_one(out, expected_last_seq)
@@ -148,7 +148,7 @@ class EventLog:
         """Append several events as one message: stored together or not at all."""
         if not events:
             raise ValueError("a frame needs at least one event")
-        out = frame_message(subject, events, key, time.time_ns())
+        out = frame_message(subject, events, key, Stamp.now())
         if expected_last_seq is not None:
             out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         return await self._publish_one(out, expected_last_seq)
@@ -234,7 +234,7 @@ class EventLog:
         frames of up to that many events. Returns one ``Appended`` per message, in order.
         Raises ``UnacknowledgedAppends`` (carrying the keys) if some never got an ack.
         """
-        now = time.time_ns()
+        now = Stamp.now()
         if frame_size <= 1:
             known = known_bytes()  # once per batch, not per event
             outgoing = [entry_message(e, now, known) for e in entries]

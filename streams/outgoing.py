@@ -20,11 +20,14 @@ from schemas.envelope import (
     DEFLATE,
     FRAME_TYPE,
     HX_ENCODING,
+    UNSTAMPED,
     EncodedEvent,
+    Stamp,
     deflate,
     encode_body,
     encode_frame_bodies,
     encoded,
+    event_headers,
     headers_for,
 )
 from schemas.event import Event
@@ -45,6 +48,8 @@ class Entry:
     subject: str
     event: Event
     key: str | None = None
+    stamp: Stamp | None = None
+    """When the event happened (the time of the append, when not given)."""
 
 
 @dataclass(frozen=True)
@@ -78,22 +83,29 @@ def _scrubbed_frame(items: Sequence[EncodedEvent]) -> bytes:
     known = known_bytes()
     if not needs_scrub(body, known):
         return body
-    return encode_frame_bodies([(t, v, scrub_body(b, known)) for t, v, b in items])
+    return encode_frame_bodies([(t, v, scrub_body(b, known), s) for t, v, b, s in items])
 
 
-def entry_message(entry: Entry, now_ns: int, known: tuple[bytes, ...] | None = None) -> Outgoing:
-    """One event as one message; ``known`` (the secrets to scrub) is looked up when not given."""
+def entry_message(entry: Entry, now: Stamp, known: tuple[bytes, ...] | None = None) -> Outgoing:
+    """One event as one message, stamped ``now`` unless the entry has its own stamp; ``known`` (the secrets to
+    scrub) is looked up when not given."""
     body = scrub_body(encode_body(entry.event), known)
     cls = type(entry.event)
     key = entry.key or content_key(entry.subject, cls.TYPE, body)
-    return Outgoing(entry.subject, body, headers_for(cls.TYPE, cls.VERSION, key, now_ns), key)
+    return Outgoing(entry.subject, body, event_headers(cls.TYPE, cls.VERSION, key, entry.stamp or now), key)
 
 
-def frame_message(subject: str, events: Sequence[Event], key: str | None, now_ns: int) -> Outgoing:
-    """Several events as one frame message, keyed by ``key`` or else by its content."""
-    body = _scrubbed_frame([encoded(e) for e in events])
-    key = key or content_key(subject, FRAME_TYPE, body)
-    return Outgoing(subject, body, headers_for(FRAME_TYPE, 1, key, now_ns, count=len(events)), key)
+def frame_message(subject: str, events: Sequence[Event], key: str | None, now: Stamp,
+                  stamps: Sequence[Stamp | None] | None = None) -> Outgoing:
+    """Several events as one frame message sent ``now``, keyed by ``key`` or else by its content.
+
+    Each event is stamped by ``stamps`` (same order) where given, else ``now``. The content key leaves
+    the stamps out, so the same events sent again dedupe whenever they were sent.
+    """
+    items = [encoded(e, (stamps[i] if stamps is not None else None) or now) for i, e in enumerate(events)]
+    body = _scrubbed_frame(items)
+    key = key or content_key(subject, FRAME_TYPE, _scrubbed_frame([(t, v, b, UNSTAMPED) for t, v, b, _ in items]))
+    return Outgoing(subject, body, headers_for(FRAME_TYPE, 1, key, now.wall_ns, count=len(events)), key)
 
 
 def encoded_frame_message(subject: str, items: Sequence[EncodedEvent], key: str, now_ns: int) -> Outgoing:
@@ -106,7 +118,7 @@ def encoded_frame_message(subject: str, items: Sequence[EncodedEvent], key: str,
     return Outgoing(subject, body, headers, key)
 
 
-def pack_frames(entries: list[Entry], frame_size: int, now_ns: int) -> list[Outgoing]:
+def pack_frames(entries: list[Entry], frame_size: int, now: Stamp) -> list[Outgoing]:
     """Consecutive entries for the same subject packed into frame messages of up to ``frame_size`` events."""
     out: list[Outgoing] = []
     i = 0
@@ -118,6 +130,6 @@ def pack_frames(entries: list[Entry], frame_size: int, now_ns: int) -> list[Outg
         # A frame's key derives from its first event's key, so a retried batch dedupes.
         first = entries[i].key
         out.append(frame_message(subject, [e.event for e in entries[i:j]],
-                                 f"{first}+{j - i}" if first else None, now_ns))
+                                 f"{first}+{j - i}" if first else None, now, [e.stamp for e in entries[i:j]]))
         i = j
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,8 +62,8 @@ class RecordedReplies(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def model_server(mode: Mode) -> Iterator[ModelServer]:
-    """Serve chat completions on a free loopback port until the block ends."""
+def model_server(mode: Mode, latency_s: float = 0.0) -> Iterator[ModelServer]:
+    """Serve chat completions on a free loopback port until the block ends, each answer ``latency_s`` late."""
     seen = ModelServer()
 
     class Handler(RecordedReplies):
@@ -71,6 +72,8 @@ def model_server(mode: Mode) -> Iterator[ModelServer]:
             auth = self.headers.get("authorization", "")
             seen.authorizations.append(auth)
             seen.paths.append(self.path)
+            if latency_s:
+                time.sleep(latency_s)  # the model's own latency, which span and event times must show
             if mode == "play":
                 status, body = 200, _answer(json.loads(raw))
             else:

@@ -19,6 +19,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hx_cli import hx, ok
 
@@ -80,7 +81,17 @@ def test_every_old_event_decodes_and_encodes_to_the_bytes_stored(stream: str) ->
     records = _records(stream)
     assert records
     for record, stored in records:
-        assert encode_body(record.event) == stored, (stream, record.seq, record.index, record.type)
+        assert _as_stored(record) == stored, (stream, record.seq, record.index, record.type)
+
+
+def _as_stored(record: Record) -> bytes:
+    """The event encoded again, less the fields added since its stored version (the ledger's ``at_ns``, empty)."""
+    body = encode_body(record.event)
+    if isinstance(record.event, LedgerEvent) and record.version < 3:
+        fields = msgspec.msgpack.decode(body)
+        assert fields.pop("at_ns") == 0
+        return msgspec.msgpack.encode(fields)
+    return body
 
 
 def test_the_fixture_holds_what_it_is_for() -> None:

@@ -216,7 +216,7 @@ def test_every_registered_type_round_trips(name: str) -> None:
     # and through a whole message with headers
     hdrs = headers_for(name, cls.VERSION, "id-1", 123)
     [rec] = decode_message("hx.trace.r.1.t.0", 9, hdrs, body)
-    assert rec == Record(9, 0, "hx.trace.r.1.t.0", name, cls.VERSION, 123, event)
+    assert rec == Record(9, 0, "hx.trace.r.1.t.0", name, cls.VERSION, 123, event, frame_ns=123)
     assert rec.position == (9, 0)
 
 

@@ -19,6 +19,7 @@ calls run in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -81,6 +82,8 @@ class EvolutionLedger(Aggregate):
 
     def record(self, event: LedgerEvent, key: LedgerKey | None = None) -> LedgerEvent:
         """Append ``event`` chained to the head (and signed with ``key``); return it as recorded."""
+        if not event.at_ns:
+            event = msgspec.structs.replace(event, at_ns=time.time_ns())
         link = signed(chained(event, self.head), key)
         self.trigger_event(self.Recorded, record=link)
         return link

@@ -23,8 +23,8 @@ _VALUE_WIDTH = 60
 _LINE_WIDTH = 240
 
 
-class DumpLine(msgspec.Struct, frozen=True):
-    """One event as ``hx log dump`` writes it: its place on the log and its typed body."""
+class DumpLine(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One event as ``hx log dump`` writes it: its place on the log, when it happened and its typed body."""
 
     seq: int
     index: int
@@ -32,13 +32,16 @@ class DumpLine(msgspec.Struct, frozen=True):
     type: str
     version: int
     time: str | None
+    """When the event happened (ISO 8601, UTC)."""
     event: Any
+    took_ms: float | None = None
+    """How long the model or tool call the event ends took (left out when it ends none)."""
 
 
 def json_line(record: Record) -> bytes:
     """A record as one JSON line (the encoder walks the event Struct itself, no dict in between)."""
     line = DumpLine(record.seq, record.index, record.subject, record.type, record.version,
-                    iso_time(record.time_ns), record.event)
+                    iso_time(record.time_ns), record.event, record.took_ns / 1e6 if record.took_ns else None)
     return _json.encode(line) + b"\n"
 
 

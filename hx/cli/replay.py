@@ -82,7 +82,8 @@ def replay_command(app: App, run_id: str, round_: int | None, stage: int | None,
     for report in run(go()):
         click.echo(f"replayed run {report.run_id}, {report.what}; harness {report.harness_note}, "
                    f"environment from the {'log' if report.env == 'log' else 'real benchmark'}, "
-                   f"{report.seconds:.2f}s", err=True)
+                   f"{report.seconds:.2f}s (logged: {report.logged_s:.2f}s of attempts, "
+                   f"{report.logged_model_s:.2f}s of them in model calls)", err=True)
         if report.divergence is None:
             click.echo(f"identical: {report.attempts} attempts, {report.events} events")
             continue

@@ -81,7 +81,8 @@ def render(t: Transcript, width: int | None = _WIDTH) -> list[str]:
            f"attempt {t.attempt}{_others(t.attempts)}"]
     if t.started is not None:
         out.append(describe_round(t.round, t.started))
-    out.append(f"harness {t.harness_digest or '?'} · model {t.model or '?'} · {t.events} events")
+    took = f" · {_duration(t.took_ms)}" if t.took_ms else ""
+    out.append(f"harness {t.harness_digest or '?'} · model {t.model or '?'} · {t.events} events{took}")
     if t.instruction:
         out.append(_line("task", _cut(t.instruction, width)))
     out.extend(_line("processor", _trigger(tr, width)) for tr in t.setup if tr.hook == "task_start")
@@ -109,7 +110,7 @@ def _message(m: Message, width: int | None) -> str:
 
 
 def _step(step: Step, width: int | None) -> list[str]:
-    out = ["", f"step {step.number}"]
+    out = ["", f"step {step.number}" + (f"  (at {_duration(step.at_ms)})" if step.at_ms else "")]
     # causal order: what the model saw, what it chose, what the tools returned, what processors did
     out.extend(_line("observation", _message(m, width)) for m in step.observation)
     for error in step.errors:
@@ -132,8 +133,9 @@ def _choice(choice: Choice, width: int | None) -> list[str]:
         parts.insert(0, repr(_cut(choice.content, width)))
     usage = choice.usage
     tokens = f", {usage.input_tokens} in / {usage.output_tokens} out tokens" if usage.input_tokens else ""
+    took = f", {_duration(choice.took_ms)}" if choice.took_ms else ""
     out = [_line("model", f"{' + '.join(parts) or '(nothing)'}  [{choice.model}, {choice.stop_reason or '-'}"
-                          f"{tokens}]")]
+                          f"{tokens}{took}]")]
     after = choice.passed_on
     if after is not None:
         changed = [_call(c, width) for c in after.tool_calls]
@@ -149,10 +151,18 @@ def _tool(tool: ToolStep, width: int | None) -> list[str]:
     if tool.result is None:
         return [_line("tool", f"{_call(tool.call, width)} -> (no result)")]
     error = " [error]" if tool.result.is_error else ""
-    out = [_line("tool", f"{tool.call.name} -> {_cut(tool.result.output, width)}{error}")]
+    took = f"  ({_duration(tool.took_ms)})" if tool.took_ms else ""
+    out = [_line("tool", f"{tool.call.name} -> {_cut(tool.result.output, width)}{error}{took}")]
     if tool.passed_on is not None:
         out.append(_line("passed on", _cut(tool.passed_on.output, width)))
     return out
+
+
+def _duration(ms: float) -> str:
+    """A duration as people read it: ``0.4 ms``, ``312 ms``, ``1.25 s``."""
+    if ms < 1:
+        return f"{ms:.1f} ms"
+    return f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.2f} s"
 
 
 def _trigger(tr: Trigger, width: int | None) -> str:

@@ -198,6 +198,11 @@ class ReplayReport:
     harness_note: str
     env: Env
     seconds: float
+    """How long the replay took (wall clock)."""
+    logged_s: float = 0.0
+    """How long the replayed attempts took when they were logged, summed (from their events' own times)."""
+    logged_model_s: float = 0.0
+    """Of which, waiting on model calls (the ``took_ns`` of their responses and errors), summed."""
     what: str = ""
     """What the trace round was ("trace round 11: gate rollouts of candidate C-R1-03 on v0, evolution round 1")."""
     divergence: Divergence | None = None
@@ -282,6 +287,9 @@ async def replay_round(conn: Connection, run_id: str, round: int, *, task: str |
             found = compare_attempt(subject, records, capture.events.get(subject, []), aliases)
             report.attempts += 1
             report.events += len(records)
+            if records:
+                report.logged_s += (records[-1].time_ns - records[0].time_ns) / 1e9
+                report.logged_model_s += sum(r.took_ns for r in records if type(r.event).ENDS == "model") / 1e9
             if found is not None:
                 report.diverged += 1
                 if report.divergence is None or _order(found) < _order(report.divergence):

@@ -214,7 +214,7 @@ async def run_at(log: EventLog, run: str, as_of: AsOf) -> RunAt:
     if mains:
         async for r in read_decoded(log, TRACE.name, [trace_filter(run, n) for n in sorted(mains)],
                                     [AttemptFinished.TYPE], what=f"the attempts of run {run!r}"):
-            if r.time_ns <= cut_time:
+            if r.frame_ns <= cut_time:  # when it reached the log, as the cut is
                 history.apply(r)
     tasks: dict[str, TaskAt] = {}
     for tr in history.state.values():

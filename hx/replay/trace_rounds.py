@@ -53,6 +53,7 @@ class TraceRound:
     started: RoundStarted
     start_seq: int
     time_ns: int
+    """When its ``RoundStarted`` reached the log (its message's ``Hx-Time``: comparable with a time-travel cut)."""
     end_seq: int = 0
     """The sequence of its ``RoundFinished`` (0: not finished)."""
     finished: RoundFinished | None = None
@@ -72,7 +73,7 @@ async def trace_marks(log: EventLog, run: str) -> dict[int, TraceRound]:
                                 what=f"the trace of run {run!r}"):
         ev = r.event
         if isinstance(ev, RoundStarted) and ev.round not in trace:
-            trace[ev.round] = TraceRound(ev, r.seq, r.time_ns, labelled=r.version >= 2)
+            trace[ev.round] = TraceRound(ev, r.seq, r.frame_ns, labelled=r.version >= 2)
         elif isinstance(ev, RoundFinished) and ev.round in trace:
             trace[ev.round].end_seq, trace[ev.round].finished = r.seq, ev
     return trace

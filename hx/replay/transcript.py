@@ -49,6 +49,8 @@ class ToolStep(msgspec.Struct):
     """What the tool returned."""
     passed_on: ToolResult | None = None
     """The result after the after_tool processors, when they changed it."""
+    took_ms: float = 0.0
+    """How long the tool took (0: not recorded)."""
 
 
 class Choice(msgspec.Struct):
@@ -61,12 +63,16 @@ class Choice(msgspec.Struct):
     usage: Usage = Usage()
     passed_on: AfterModel | None = None
     """The answer after the after_model processors, when they changed it."""
+    took_ms: float = 0.0
+    """How long the model call took (0: not recorded)."""
 
 
 class Step(msgspec.Struct):
     """One step: observation, model choice, tool results, processor triggers."""
 
     number: int
+    at_ms: float = 0.0
+    """When the step began, in milliseconds since the attempt started."""
     observation: list[Message] = []
     """Messages the model saw for the first time at this step (after the before_model processors)."""
     environment: list[EnvObservation] = []
@@ -99,6 +105,10 @@ class Transcript(msgspec.Struct):
     verdict: VerifierScore | None = None
     finished: AttemptFinished | None = None
     events: int = 0
+    started_ns: int = 0
+    """When the attempt started (wall clock, ns)."""
+    took_ms: float = 0.0
+    """How long the attempt took, start to finish (0: still running)."""
 
 
 # --- where attempts are --------------------------------------------------------------------
@@ -208,6 +218,11 @@ def build(records: Iterable[Record], run: str, round: int, task: str, attempt: i
     for record in records:
         out.events += 1
         event = record.event
+        if not out.started_ns:
+            out.started_ns = record.time_ns
+        step_of = getattr(event, "step", None)
+        if isinstance(step_of, int) and step_of > 0 and step_of not in steps:
+            _step(steps, step_of).at_ms = (record.time_ns - out.started_ns) / 1e6
         if isinstance(event, AttemptStarted):
             out.harness_digest, out.model = event.harness_digest, event.model
         elif isinstance(event, HookRecord):
@@ -219,7 +234,8 @@ def build(records: Iterable[Record], run: str, round: int, task: str, attempt: i
         elif isinstance(event, ModelResponse):
             if event.role == "main" or _step(steps, event.step).choice is None:
                 _step(steps, event.step).choice = Choice(event.model_version or event.model, event.content,
-                                                         event.tool_calls, event.stop_reason, event.usage)
+                                                         event.tool_calls, event.stop_reason, event.usage,
+                                                         took_ms=record.took_ns / 1e6)
         elif isinstance(event, ModelError):
             _step(steps, event.step).errors.append(event)
         elif isinstance(event, ToolInvoked):
@@ -227,13 +243,13 @@ def build(records: Iterable[Record], run: str, round: int, task: str, attempt: i
         elif isinstance(event, ToolReturned):
             tool = _tool(_step(steps, event.step), event.result.call_id)
             if tool is not None:
-                tool.result = event.result
+                tool.result, tool.took_ms = event.result, record.took_ns / 1e6
         elif isinstance(event, EnvObservation):
             _step(steps, event.step).environment.append(event)
         elif isinstance(event, VerifierScore):
             out.verdict = event
         elif isinstance(event, AttemptFinished):
-            out.finished = event
+            out.finished, out.took_ms = event, (record.time_ns - out.started_ns) / 1e6
     out.steps = [steps[n] for n in sorted(steps) if n > 0]
     for previous, step in zip(out.steps, out.steps[1:], strict=False):
         shown = {t.call.id: result.output for t in previous.tools

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hx.replay.scoreboard import EvolutionReport, report
@@ -52,6 +52,9 @@ class RoundFigures:
     retirements: int
     regressions: int
     shipped_names: tuple[str, ...]
+    took_s: float | None = None
+    """Wall time from the previous round's decision (or the ledger's opening) to this round's, from the signed
+    ``at_ns`` of the ledger events (None: undecided, or recorded before hx kept the time)."""
 
 
 @dataclass
@@ -85,10 +88,13 @@ class ReportData:
             summary.learner = [r for r in learner if isinstance(r, PolicyUpdated | UpdateSkipped | PolicyGated)]
             summary.policy = current_policy(learner)
         rows = {row["round"]: row for row in curves(fold)["rounds"]}
+        ordered = fold.ordered()
+        decided = [rnd.decided.at_ns if rnd.decided else 0 for rnd in ordered]
         return cls(run_id=fold.opened.run_id, strategy=fold.opened.strategy,
                    benches=tuple(str(b) for b in settings.get("benches", ())), model=str(settings.get("model", "")),
                    summary=summary, reason=fold.finished.reason if fold.finished else "",
-                   rounds=[round_figures(fold, rnd, rows[rnd.round]) for rnd in fold.ordered()],
+                   rounds=_timed([round_figures(fold, rnd, rows[rnd.round]) for rnd in ordered],
+                                 fold.opened.at_ns, decided),
                    heldout=list(fold.heldout), learner=updates,
                    rejected=[g.through_round for g in gates if not g.adopted], ledger_events=len(records))
 
@@ -100,6 +106,16 @@ class ReportData:
     def variant_names(self) -> list[str]:
         """Every variant that ran a round, in order of first appearance."""
         return list(dict.fromkeys(v for r in self.rounds for v in r.variants))
+
+
+def _timed(rounds: list[RoundFigures], opened_ns: int, decided_ns: list[int]) -> list[RoundFigures]:
+    """``rounds`` with each one's wall time, from one decision's signed time to the next."""
+    out, since = [], opened_ns
+    for figures, at in zip(rounds, decided_ns, strict=True):
+        took = (at - since) / 1e9 if at and since else None
+        out.append(replace(figures, took_s=took))
+        since = at
+    return out
 
 
 def round_figures(fold: RunFold, rnd: RoundRecords, curve: dict[str, Any]) -> RoundFigures:

@@ -85,16 +85,18 @@ def heldout_table(data: ReportData) -> str:
 
 
 def rounds_table(data: ReportData) -> str:
-    """One row per round: outcome, adaptation pass@k (per variant), ships, forks, regressions, shipped candidates."""
+    """One row per round: outcome, adaptation pass@k (per variant), ships, forks, regressions, shipped candidates,
+    and the round's wall time (from one signed decision time to the next)."""
     rows = []
     for r in data.rounds:
         per_variant = ", ".join(f"{v} {share:.2f}" for v, share in r.variants.items())
         rows.append(f'<tr><td>{r.round}</td><td class="text">{escape(r.outcome)}</td><td>{_rate(r.pass_at_k)}</td>'
                     f'<td class="text">{escape(per_variant) or "–"}</td><td>{r.ships}</td><td>{r.forks}</td>'
                     f"<td>{r.retirements}</td><td>{r.regressions}</td>"
-                    f'<td class="text">{escape(", ".join(r.shipped_names)) or "–"}</td></tr>')
+                    f'<td class="text">{escape(", ".join(r.shipped_names)) or "–"}</td>'
+                    f"<td>{'–' if r.took_s is None else f'{r.took_s:.1f} s'}</td></tr>")
     return _table(["round", "outcome", "pass@k", "per variant", "ships", "forks", "retired", "regressions",
-                   "shipped or forked"], rows, text_columns=1)
+                   "shipped or forked", "wall time"], rows, text_columns=1)
 
 
 def figure(plot: Plot) -> str:

@@ -1,6 +1,10 @@
 """The tracer: an attempt's events, numbered by position and written to the log in frames.
 
-Events are encoded once, when the loop flushes at the end of a step, and buffered; a
+Each event is stamped when it is emitted (``schemas.envelope.Stamp``: wall and monotonic
+clocks), and an event that ends a model or tool call (``Event.ENDS``) with the time since the
+event that started it (``Event.STARTS``), so the log says when each thing happened and how long
+each call took, however the events are later framed. Events are encoded once, when the loop
+flushes at the end of a step, and buffered; a
 conversation goes on the log as a delta against the attempt's previous one
 (``schemas.history``), so a step costs the bytes of its new messages, not of the
 whole conversation seven times over. The
@@ -22,7 +26,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from schemas.envelope import EncodedEvent, encoded
+from schemas.envelope import EncodedEvent, Stamp, encoded
 from schemas.event import Event
 from schemas.history import HistoryPacker
 from schemas.lifecycle import AttemptFinished
@@ -35,8 +39,8 @@ FRAME_TARGET_BYTES = 256 * 1024
 cost dominates)."""
 LINGER_S = 0.05
 """... or once the oldest buffered event is this old, so a live reader sees a slow agent's steps as they end."""
-_OVERHEAD = 32
-"""Bytes a frame adds per event (type name, version, array headers), for sizing."""
+_OVERHEAD = 56
+"""Bytes a frame adds per event (type name, version, stamp, array headers), for sizing."""
 
 
 class TraceWriter(ABC):
@@ -97,7 +101,10 @@ class AttemptTracer:
         self.count = 0
         """Events emitted so far (the next event's position)."""
         self._buffer: list[Event] = []
+        self._stamps: list[Stamp] = []
         self._bodies: list[EncodedEvent] = []
+        self._started: dict[str, int] = {}
+        """The monotonic time each kind of timed call last started (``Event.STARTS``)."""
         self._bytes = 0
         self._since = 0.0
         """When the oldest event in the buffer was encoded (monotonic seconds)."""
@@ -105,15 +112,25 @@ class AttemptTracer:
         self._packer = HistoryPacker()
 
     def emit(self, event: Event) -> None:
-        """Record one event (written at a later flush)."""
+        """Record one event, stamped now (written at a later flush)."""
+        wall, mono = time.time_ns(), time.monotonic_ns()
+        took = 0
+        cls = type(event)
+        if cls.ENDS:
+            began = self._started.pop(cls.ENDS, None)
+            took = mono - began if began is not None else 0
+        elif cls.STARTS:
+            self._started[cls.STARTS] = mono
         self._buffer.append(event)
+        self._stamps.append(Stamp(wall, mono, took))
         self.count += 1
 
     def _encode(self) -> None:
         bodies = self._bodies
         pack = self._packer.pack
-        for event in self._buffer[len(bodies):]:
-            item = encoded(pack(event))
+        stamps = self._stamps
+        for i in range(len(bodies), len(self._buffer)):
+            item = encoded(pack(self._buffer[i]), stamps[i])
             bodies.append(item)
             self._bytes += len(item[2]) + _OVERHEAD
 
@@ -142,9 +159,9 @@ class AttemptTracer:
 
     async def _write_all(self) -> None:
         events, bodies = self._buffer, self._bodies
-        self._buffer, self._bodies, self._bytes = [], [], 0
+        self._buffer, self._stamps, self._bodies, self._bytes = [], [], [], 0
         start = size = 0
-        for i, (_, _, body) in enumerate(bodies):
+        for i, (_, _, body, _) in enumerate(bodies):
             n = len(body) + _OVERHEAD
             if i > start and size + n > MAX_FRAME_BYTES:
                 await self._write(events[start:i], bodies[start:i])
