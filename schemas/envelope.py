@@ -102,10 +102,12 @@ class _FrameItem(msgspec.Struct, array_like=True, frozen=True):
     type: str
     version: int
     body: msgspec.Raw
-    # A stamp, flattened; frames written before events were stamped have none (zeros).
-    wall_ns: int = 0
-    mono_ns: int = 0
-    took_ns: int = 0
+    # The event's stamp, in microseconds before the frame was sent (its Hx-Time and Hx-Mono): small numbers, a few
+    # bytes each, where absolute nanoseconds would cost 9 bytes each and defeat the log's compression.
+    # Frames written before events were stamped have none (ago_us -1).
+    ago_us: int = -1
+    mono_ago_us: int = 0
+    took_us: int = 0
 
 
 _frame_decoder = msgspec.msgpack.Decoder(list[_FrameItem])
@@ -119,7 +121,7 @@ def encode_body(event: Event) -> bytes:
 
 
 def headers_for(type_name: str, version: int, msg_id: str, time_ns: int, count: int | None = None) -> dict[str, str]:
-    """The headers of a frame of ``count`` events sent at ``time_ns`` (or of one event, without its stamp)."""
+    """The headers of a message holding one event (or a frame of ``count``) at ``time_ns``, without clocks."""
     headers = {HX_TYPE: type_name, HX_SCHEMA_VERSION: str(version), HX_TIME: str(time_ns), MSG_ID: msg_id}
     if count is not None:
         headers[HX_COUNT] = str(count)
@@ -132,6 +134,13 @@ def event_headers(type_name: str, version: int, msg_id: str, stamp: Stamp) -> di
     headers[HX_MONO] = str(stamp.mono_ns)
     if stamp.took_ns:
         headers[HX_TOOK] = str(stamp.took_ns)
+    return headers
+
+
+def frame_headers(msg_id: str, sent: Stamp, count: int) -> dict[str, str]:
+    """The headers of a frame of ``count`` events sent at ``sent`` (its events' stamps are relative to it)."""
+    headers = headers_for(FRAME_TYPE, 1, msg_id, sent.wall_ns, count=count)
+    headers[HX_MONO] = str(sent.mono_ns)
     return headers
 
 
@@ -175,21 +184,30 @@ def encoded(event: Event, stamp: Stamp | None = None) -> EncodedEvent:
     return (cls.TYPE, cls.VERSION, encode_body(event), stamp or Stamp.now())
 
 
-def encode_frame_bodies(items: Sequence[EncodedEvent]) -> bytes:
-    """A frame body from already encoded events."""
-    return _encoder.encode([_FrameItem(t, v, msgspec.Raw(body), s.wall_ns, s.mono_ns, s.took_ns)
-                            for t, v, body, s in items])
+def encode_frame_bodies(items: Sequence[EncodedEvent], sent: Stamp = UNSTAMPED) -> bytes:
+    """A frame body from already encoded events, for a frame sent at ``sent`` (``frame_headers``).
+
+    Each event's stamp is kept to the microsecond, relative to ``sent``; unstamped events, or any event
+    of a frame sent without a time, keep none.
+    """
+    if not sent.wall_ns:
+        return _encoder.encode([_FrameItem(t, v, msgspec.Raw(body)) for t, v, body, _ in items])
+    wall, mono = sent.wall_ns, sent.mono_ns
+    return _encoder.encode([
+        _FrameItem(t, v, msgspec.Raw(body), (wall - s.wall_ns) // 1000, (mono - s.mono_ns) // 1000, s.took_ns // 1000)
+        if s.wall_ns else _FrameItem(t, v, msgspec.Raw(body))
+        for t, v, body, s in items])
 
 
 def encode_frame(events: Iterable[Event], stamp: Stamp = UNSTAMPED) -> bytes:
-    """Pack several events, all stamped ``stamp``, into one frame body (by default unstamped: a reader then
-    takes the frame's ``Hx-Time`` as their time; the same events give the same bytes)."""
-    return encode_frame_bodies([encoded(e, stamp) for e in events])
+    """Pack several events, all stamped ``stamp`` and sent then, into one frame body (by default unstamped: a
+    reader then takes the frame's ``Hx-Time`` as their time; the same events give the same bytes)."""
+    return encode_frame_bodies([encoded(e, stamp) for e in events], stamp)
 
 
 def decode_frame(body: bytes) -> list[tuple[str, int, Event]]:
     """Unpack a frame into (type, version, event) triples, strictly."""
-    return [(r.type, r.version, r.event) for r in _frame_records("", 0, 0, body)]
+    return [(r.type, r.version, r.event) for r in _frame_records("", 0, 0, 0, body)]
 
 
 def deflate(body: bytes) -> bytes:
@@ -207,7 +225,7 @@ def inflate(encoding: str, body: bytes) -> bytes:
         raise DecodeError(f"corrupt {DEFLATE} body: {exc}") from None
 
 
-def _frame_records(subject: str, seq: int, time_ns: int, body: bytes) -> list[Record]:
+def _frame_records(subject: str, seq: int, time_ns: int, mono_ns: int, body: bytes) -> list[Record]:
     """``decode_frame`` straight into records, in one pass (the hot loop of every rebuild)."""
     try:
         items = _frame_decoder.decode(body)
@@ -226,7 +244,11 @@ def _frame_records(subject: str, seq: int, time_ns: int, body: bytes) -> list[Re
                 raise DecodeError(f"malformed {t!r} body: {exc}") from None
         else:
             ev = decode_body(t, v, it.body)  # first of its type, or a version mismatch: the strict path
-        append(Record(seq, i, subject, t, v, it.wall_ns or time_ns, ev, it.mono_ns, it.took_ns, time_ns))
+        if it.ago_us < 0:
+            append(Record(seq, i, subject, t, v, time_ns, ev, 0, 0, time_ns))
+        else:
+            append(Record(seq, i, subject, t, v, time_ns - it.ago_us * 1000, ev, mono_ns - it.mono_ago_us * 1000,
+                          it.took_us * 1000, time_ns))
     return out
 
 
@@ -263,14 +285,16 @@ class OpenedMessage:
             encoding = hdrs.get(HX_ENCODING)
             body = inflate(encoding, body) if encoding is not None else body
             self._frame = type_name == FRAME_TYPE
-            mono, took = _header_int(hdrs, HX_MONO), _header_int(hdrs, HX_TOOK)
+            self._mono_ns = _header_int(hdrs, HX_MONO)
+            self._took_ns = 0
             if self._frame:
                 try:
                     self._items = _frame_decoder.decode(body)
                 except msgspec.DecodeError as exc:
                     raise DecodeError(f"malformed frame: {exc}") from None
             else:
-                self._items = [_FrameItem(type_name, 0, msgspec.Raw(body), self._time_ns, mono, took)]
+                self._items = [_FrameItem(type_name, 0, msgspec.Raw(body))]
+                self._took_ns = _header_int(hdrs, HX_TOOK)
         except DecodeError as exc:
             raise exc.at(subject=subject, seq=seq) from None
 
@@ -285,8 +309,13 @@ class OpenedMessage:
         except DecodeError as exc:
             raise exc.at(subject=self.subject, seq=self.seq) from None
         version = it.version if self._frame else int(self._version or 0)
-        return Record(self.seq, index, self.subject, it.type, version, it.wall_ns or self._time_ns, event,
-                      it.mono_ns, it.took_ns, self._time_ns)
+        if not self._frame:
+            return Record(self.seq, 0, self.subject, it.type, version, self._time_ns, event, self._mono_ns,
+                          self._took_ns, self._time_ns)
+        if it.ago_us < 0:
+            return Record(self.seq, index, self.subject, it.type, version, self._time_ns, event, 0, 0, self._time_ns)
+        return Record(self.seq, index, self.subject, it.type, version, self._time_ns - it.ago_us * 1000, event,
+                      self._mono_ns - it.mono_ago_us * 1000, it.took_us * 1000, self._time_ns)
 
 
 def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes) -> list[Record]:
@@ -307,7 +336,7 @@ def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, bo
         if encoding is not None:
             body = inflate(encoding, body)
         if type_name == FRAME_TYPE:
-            return _frame_records(subject, seq, time_ns, body)
+            return _frame_records(subject, seq, time_ns, _header_int(hdrs, HX_MONO), body)
         version = hdrs.get(HX_SCHEMA_VERSION)
         event = decode_body(type_name, version, body)
         # The version as stored (an older one the class READS included), as a frame's items report it.

@@ -165,7 +165,7 @@ class EventLog:
         """
         if not items:
             raise ValueError("a frame needs at least one event")
-        out = encoded_frame_message(subject, items, key, time.time_ns())
+        out = encoded_frame_message(subject, items, key, Stamp.now())
         if len(out.body) > self.nc.max_payload:
             raise out.too_large(self.nc.max_payload)
         if not self.nc.is_connected:  # see _pipeline: publish_async would leak a pending slot

@@ -28,7 +28,7 @@ from schemas.envelope import (
     encode_frame_bodies,
     encoded,
     event_headers,
-    headers_for,
+    frame_headers,
 )
 from schemas.event import Event
 from streams.errors import LogError
@@ -77,13 +77,13 @@ def content_key(subject: str, type_name: str, body: bytes) -> str:
     return digest[:40]
 
 
-def _scrubbed_frame(items: Sequence[EncodedEvent]) -> bytes:
-    """A frame body with no secret in it: the usual case costs one byte search per known secret."""
-    body = encode_frame_bodies(items)
+def _scrubbed_frame(items: Sequence[EncodedEvent], sent: Stamp) -> bytes:
+    """A frame body sent at ``sent`` with no secret in it: the usual case costs one byte search per known secret."""
+    body = encode_frame_bodies(items, sent)
     known = known_bytes()
     if not needs_scrub(body, known):
         return body
-    return encode_frame_bodies([(t, v, scrub_body(b, known), s) for t, v, b, s in items])
+    return encode_frame_bodies([(t, v, scrub_body(b, known), s) for t, v, b, s in items], sent)
 
 
 def entry_message(entry: Entry, now: Stamp, known: tuple[bytes, ...] | None = None) -> Outgoing:
@@ -103,15 +103,15 @@ def frame_message(subject: str, events: Sequence[Event], key: str | None, now: S
     the stamps out, so the same events sent again dedupe whenever they were sent.
     """
     items = [encoded(e, (stamps[i] if stamps is not None else None) or now) for i, e in enumerate(events)]
-    body = _scrubbed_frame(items)
-    key = key or content_key(subject, FRAME_TYPE, _scrubbed_frame([(t, v, b, UNSTAMPED) for t, v, b, _ in items]))
-    return Outgoing(subject, body, headers_for(FRAME_TYPE, 1, key, now.wall_ns, count=len(events)), key)
+    body = _scrubbed_frame(items, now)
+    key = key or content_key(subject, FRAME_TYPE, _scrubbed_frame(items, UNSTAMPED))
+    return Outgoing(subject, body, frame_headers(key, now, len(events)), key)
 
 
-def encoded_frame_message(subject: str, items: Sequence[EncodedEvent], key: str, now_ns: int) -> Outgoing:
-    """Already encoded events as one frame message, deflated from ``COMPRESS_MIN_BYTES`` on."""
-    body = _scrubbed_frame(items)
-    headers = headers_for(FRAME_TYPE, 1, key, now_ns, count=len(items))
+def encoded_frame_message(subject: str, items: Sequence[EncodedEvent], key: str, now: Stamp) -> Outgoing:
+    """Already encoded events as one frame message sent ``now``, deflated from ``COMPRESS_MIN_BYTES`` on."""
+    body = _scrubbed_frame(items, now)
+    headers = frame_headers(key, now, len(items))
     if len(body) >= COMPRESS_MIN_BYTES:
         body = deflate(body)
         headers[HX_ENCODING] = DEFLATE

@@ -18,7 +18,17 @@ from hx_cli import hx, ok
 from model_server import model_server
 
 from hx.aegis.ledger import signed
-from schemas.envelope import Record, Stamp, decode_message, encode_frame, encode_frame_bodies, encoded, headers_for
+from schemas.envelope import (
+    OpenedMessage,
+    Record,
+    Stamp,
+    decode_message,
+    encode_frame,
+    encode_frame_bodies,
+    encoded,
+    frame_headers,
+    headers_for,
+)
 from schemas.ledger import RoundDecided, ledger_digest
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.model import ModelRequest, ModelResponse
@@ -72,7 +82,8 @@ def test_each_model_call_took_the_servers_latency_and_started_at_its_request(tim
             elif isinstance(r.event, ModelResponse):
                 assert request is not None, subject
                 assert r.took_ns >= LATENCY_S * 1e9, (subject, r.took_ns)
-                assert r.took_ns == r.mono_ns - request.mono_ns  # measured on the monotonic clock
+                # measured on the monotonic clock, kept to the microsecond
+                assert abs(r.took_ns - (r.mono_ns - request.mono_ns)) <= 2_000
                 # wall and monotonic clocks are read one after the other: the start agrees to well under a ms
                 assert abs(r.start_ns - request.time_ns) < 1_000_000
                 responses += 1
@@ -92,10 +103,10 @@ def test_an_attempts_events_are_in_time_order_and_reached_the_log_after_they_hap
     _, _, records = timed_run
     for subject, attempt in _attempts(records).items():
         monos = [r.mono_ns for r in attempt]
-        assert monos == sorted(monos) and len(set(monos)) == len(monos), subject  # distinct: no ties to misorder
+        assert monos == sorted(monos), subject
         assert all(0 < r.time_ns <= r.frame_ns for r in attempt), subject
-        # several events share a frame, yet each has its own time
-        assert len({r.time_ns for r in attempt}) == len(attempt) > len({r.seq for r in attempt}), subject
+        # several events share a frame, yet each has its own time (to the microsecond)
+        assert len({r.time_ns for r in attempt}) > 2 * len({r.seq for r in attempt}), subject
         started, finished = attempt[0], attempt[-1]
         assert isinstance(started.event, AttemptStarted) and isinstance(finished.event, AttemptFinished)
         steps = finished.event.steps
@@ -127,13 +138,21 @@ def test_hx_trace_and_log_dump_show_the_times(timed_run: tuple) -> None:
 
 def test_frames_carry_each_events_stamp_and_old_frames_take_the_frames_time() -> None:
     a, b = AttemptStarted(run_id="r", round=0, task_id="t", attempt=0), ModelRequest(role="main", model="m", step=1)
-    headers = headers_for("hx.frame", 1, "id", 5_000, count=2)
-    body = encode_frame_bodies([encoded(a, Stamp(1_000, 7, 0)), encoded(b, Stamp(2_000, 9, 300))])
-    first, second = decode_message("hx.trace.r.0.t.0", 3, headers, body)
-    assert (first.time_ns, first.mono_ns, first.took_ns, first.frame_ns) == (1_000, 7, 0, 5_000)
-    assert (second.time_ns, second.took_ns, second.start_ns) == (2_000, 300, 1_700)
-    old = decode_message("hx.trace.r.0.t.0", 3, headers, encode_frame([a, b]))  # written before stamps
-    assert [r.time_ns for r in old] == [5_000, 5_000]
+    sent = Stamp(1_795_000_000_000_000_000, 90_000_000_000)
+    headers = frame_headers("id", sent, 2)
+    first_at = Stamp(sent.wall_ns - 7_000_000, sent.mono_ns - 7_000_000)
+    second_at = Stamp(sent.wall_ns - 2_000_000, sent.mono_ns - 2_000_000, 300_000)
+    body = encode_frame_bodies([encoded(a, first_at), encoded(b, second_at)], sent)
+    for first, second in (decode_message("hx.trace.r.0.t.0", 3, headers, body),
+                          [OpenedMessage("hx.trace.r.0.t.0", 3, headers, body).record(i) for i in (0, 1)]):
+        assert (first.time_ns, first.mono_ns, first.took_ns, first.frame_ns) == (first_at.wall_ns, first_at.mono_ns, 0, sent.wall_ns)
+        assert (second.time_ns, second.mono_ns, second.took_ns) == (second_at.wall_ns, second_at.mono_ns, second_at.took_ns)
+        assert second.start_ns == second_at.wall_ns - 300_000
+    # kept to the microsecond, relative to the frame: a few bytes an event, not three 9-byte integers
+    assert len(body) - len(encode_frame([a, b])) <= 2 * 8
+    old = decode_message("hx.trace.r.0.t.0", 3, headers_for("hx.frame", 1, "id", 5_000, count=2),
+                         encode_frame([a, b]))  # written before stamps
+    assert [(r.time_ns, r.mono_ns, r.took_ns) for r in old] == [(5_000, 0, 0)] * 2
 
 
 def test_a_ledger_events_time_is_covered_by_its_signature() -> None:
