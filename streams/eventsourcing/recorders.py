@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -32,7 +31,7 @@ from eventsourcing.persistence import (
     TrackingRecorder,
 )
 
-from schemas.envelope import HX_SCHEMA_VERSION, HX_TIME, HX_TYPE
+from schemas.envelope import HX_MONO, HX_SCHEMA_VERSION, HX_TIME, HX_TYPE, Stamp
 from schemas.errors import SchemaError
 from schemas.event import event_type
 from streams.eventsourcing.layout import (
@@ -60,7 +59,9 @@ def envelope_headers(topic: str) -> dict[str, str]:
         cls = event_type(topic)
     except SchemaError as e:
         raise ProgrammingError(f"a ledger event's topic must be an hx event type: {e}") from None
-    return {HX_TYPE: cls.TYPE, HX_SCHEMA_VERSION: str(cls.VERSION), HX_TIME: str(time.time_ns())}
+    stamp = Stamp.now()
+    return {HX_TYPE: cls.TYPE, HX_SCHEMA_VERSION: str(cls.VERSION), HX_TIME: str(stamp.wall_ns),
+            HX_MONO: str(stamp.mono_ns)}
 
 
 class JetStreamRecorder:
