@@ -128,9 +128,10 @@ def test_a_directory_that_is_not_an_hx_inspect_export_is_refused(evolved: Evolve
         line = error_line(evolved.hx("export", "--inspect", evolved.run_id, str(foreign), *force))
         assert line.startswith(f"error: not an hx export: {foreign} is not empty")
         line = error_line(evolved.hx("export", "--inspect", evolved.run_id, str(plain), *force))
-        assert f"{plain} holds an `hx export` of run {evolved.run_id}" in line
+        assert line == (f"error: not an hx export --inspect log directory: {plain} holds an hx export run "
+                        f"directory (run {evolved.run_id}); refusing to replace it, --force or not")
         line = error_line(evolved.hx("export", evolved.run_id, str(tmp_path / "mine"), *force))
-        assert "holds an `hx export --inspect`" in line
+        assert "not an hx export run directory: " in line and "holds an hx export --inspect log directory" in line
     assert {p: tree(p) for p in (foreign, plain)} == before
     assert "pass --force" in error_line(evolved.hx("export", "--inspect", evolved.run_id, str(tmp_path / "mine")))
     ok(evolved.hx("export", "--inspect", evolved.run_id, str(tmp_path / "mine"), "--force"))

@@ -31,6 +31,8 @@ from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 from streams.topology import TRACE, TraceAddress, trace_filter
 
+_WHAT: dict[ExportKind, str] = {"hx export": "an hx export run directory",
+                                "hx export --inspect": "an hx export --inspect log directory"}
 OPEN_FILES = 64
 """Trajectory files kept open at once (attempts interleave on the log; the least recent is closed first)."""
 
@@ -126,8 +128,8 @@ def replaceable(target: Path, shown: Path, *, force: bool, kind: ExportKind = "h
         raise ReportError(f"not an hx export: {shown}/{MARKER} is not the marker hx export writes; refusing to "
                           "replace it, --force or not") from None
     if found.kind != kind:
-        raise ReportError(f"not an `{kind}` directory: {shown} holds an `{found.kind}` of run {found.run_id}; "
-                          "refusing to replace it, --force or not")
+        raise ReportError(f"not {_WHAT[kind]}: {shown} holds {_WHAT[found.kind]} (run {found.run_id}); refusing "
+                          "to replace it, --force or not")
     if not force:
         raise ReportError(f"{shown} holds an earlier export (run {found.run_id}); pass --force to replace it")
     return True
