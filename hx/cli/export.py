@@ -22,14 +22,17 @@ from hx.cli.log import json_line
 from hx.environments.splits import round_roles
 from hx.replay.audit import verified_ledger
 from hx.report.errors import ReportError
-from hx.report.export import MARKER, ExportMarker, render
+from hx.report.export import MARKER, ExportKind, ExportMarker, hx_version, render
 from hx.report.export_rounds import trajectory_name
+from hx.report.inspect_export import inspect_export
 from projections.ledger import RunLedger
 from schemas.history import resolve_async
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog
 from streams.topology import TRACE, TraceAddress, trace_filter
 
+_WHAT: dict[ExportKind, str] = {"hx export": "an hx export run directory",
+                                "hx export --inspect": "an hx export --inspect log directory"}
 OPEN_FILES = 64
 """Trajectory files kept open at once (attempts interleave on the log; the least recent is closed first)."""
 
@@ -40,12 +43,16 @@ OPEN_FILES = 64
 @click.option("--trajectories", is_flag=True,
               help="Also write each round's main-rollout attempts from the trace, conversations resolved "
                    "(R<n>/trajectories/TASK.ATTEMPT.jsonl).")
+@click.option("--inspect", "inspect", is_flag=True,
+              help="Write RUN's evaluations (each round's main rollout, each held-out evaluation) to DIR as Inspect "
+                   "AI eval logs instead, for `inspect view --log-dir DIR`.")
 @click.option("--force", is_flag=True,
-              help="Replace DIR when an earlier hx export wrote it (it has the .hx-export marker); any other "
-                   "non-empty directory is refused.")
+              help="Replace DIR when an earlier hx export of the same kind wrote it (it has the .hx-export "
+                   "marker); any other non-empty directory is refused.")
 @pass_app
-def export_command(app: App, run_id: str, directory: Path, trajectories: bool, force: bool) -> None:
-    """Write RUN's evolution record to DIR, folded from its edit ledger.
+def export_command(app: App, run_id: str, directory: Path, trajectories: bool, inspect: bool, force: bool) -> None:
+    """Write RUN's evolution record to DIR, folded from its edit ledger (``--inspect``: its evaluations as Inspect
+    AI eval logs).
 
     DIR gets INDEX.md, journal.md, curves.json, scoreboard.json, audit.jsonl, data/ and one
     R<n>/ folder per round (landscape, candidate cards, applied harnesses, decision, gate
@@ -53,13 +60,23 @@ def export_command(app: App, run_id: str, directory: Path, trajectories: bool, f
     the same bytes. The files are written beside DIR first and moved into place at the end,
     so a failure leaves DIR as it was. DIR is never hx's data dir, a folder containing it
     or inside it, nor the current or home directory or a parent of them.
+
+    With --inspect, DIR gets one Inspect AI eval log (JSON) per round's main rollout and per
+    held-out evaluation, and the marker; attempts still in flight are left out, with a note.
     """
-    target = check_target(directory, force=force, data_dir=app.settings.data_dir)
+    if inspect and trajectories:
+        raise ReportError("--trajectories does not apply with --inspect (the eval logs hold the conversations)")
+    kind: ExportKind = "hx export --inspect" if inspect else "hx export"
+    target = check_target(directory, force=force, data_dir=app.settings.data_dir, kind=kind)
+    if inspect:
+        count = run(_export_inspect(app, run_id, target, force=force))
+        click.echo(f"exported run {run_id} to {directory} as Inspect AI eval logs ({count} logs)")
+        return
     count = run(_export(app, run_id, target, with_trajectories=trajectories, force=force))
     click.echo(f"exported run {run_id} to {directory} ({count} files)")
 
 
-def check_target(directory: Path, *, force: bool, data_dir: Path) -> Path:
+def check_target(directory: Path, *, force: bool, data_dir: Path, kind: ExportKind = "hx export") -> Path:
     """The absolute target directory, if an export may go there; else ``ReportError`` saying why.
 
     Never hx's data dir, a folder containing it or one inside it, nor the current or home
@@ -79,7 +96,7 @@ def check_target(directory: Path, *, force: bool, data_dir: Path) -> Path:
                 raise ReportError(f"refusing to export into {directory}: it is {name} or one of its parents")
         if target.exists() and not target.is_dir():
             raise ReportError(f"{directory} exists and is not a directory")
-        replaceable(target, directory, force=force)
+        replaceable(target, directory, force=force, kind=kind)
     except OSError as exc:
         raise ReportError(f"cannot use {directory}: {exc.strerror or exc}") from None
     return target
@@ -92,11 +109,12 @@ def _home() -> Path | None:
         return None
 
 
-def replaceable(target: Path, shown: Path, *, force: bool) -> bool:
+def replaceable(target: Path, shown: Path, *, force: bool, kind: ExportKind = "hx export") -> bool:
     """Whether ``target`` holds an earlier export to replace (False: missing or empty); else ``ReportError``.
 
-    A non-empty directory without a readable ``.hx-export`` marker is refused, ``force`` or not;
-    an earlier export is replaced only with ``force``.
+    A non-empty directory without a readable ``.hx-export`` marker, or with the marker of
+    another kind of export, is refused, ``force`` or not; an earlier export of ``kind`` is
+    replaced only with ``force``.
     """
     if not target.is_dir() or not any(target.iterdir()):
         return False
@@ -109,6 +127,9 @@ def replaceable(target: Path, shown: Path, *, force: bool) -> bool:
     except msgspec.DecodeError:
         raise ReportError(f"not an hx export: {shown}/{MARKER} is not the marker hx export writes; refusing to "
                           "replace it, --force or not") from None
+    if found.kind != kind:
+        raise ReportError(f"not {_WHAT[kind]}: {shown} holds {_WHAT[found.kind]} (run {found.run_id}); refusing "
+                          "to replace it, --force or not")
     if not force:
         raise ReportError(f"{shown} holds an earlier export (run {found.run_id}); pass --force to replace it")
     return True
@@ -138,10 +159,11 @@ class Staging:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
 
-    def commit(self, *, force: bool) -> None:
+    def commit(self, *, force: bool, kind: ExportKind = "hx export") -> None:
         """Put the written directory in the target's place (an earlier export only with ``force``; removed after)."""
         old: Path | None = None
-        if replaceable(self.target, self.target, force=force):  # checked again: it may have changed while we wrote
+        # checked again: it may have changed while we wrote
+        if replaceable(self.target, self.target, force=force, kind=kind):
             old = self.target.parent / f".{self.target.name}.replaced-{uuid.uuid4().hex[:12]}"
             self.target.rename(old)
         elif self.target.is_dir():
@@ -173,6 +195,26 @@ async def _export(app: App, run_id: str, target: Path, *, with_trajectories: boo
             raise ReportError(f"cannot write {target}: {exc.strerror or exc}{where}; nothing was exported") from None
         quarantine_note(conn.log)
     return len(files) + sum(len(v) for t in trajectories.values() for v in t.values())
+
+
+async def _export_inspect(app: App, run_id: str, target: Path, *, force: bool) -> int:
+    async with app.connect() as conn:
+        ledger = await verified_ledger(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
+        export = await inspect_export(conn.log, run_id, ledger)
+        files = export.files | {MARKER: ExportMarker(kind="hx export --inspect", run_id=run_id,
+                                                     hx_version=hx_version()).encode().encode()}
+        try:
+            with Staging(target) as staging:
+                staging.write(files)
+                staging.commit(force=force, kind="hx export --inspect")
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise ReportError(f"cannot write {target}: {exc.strerror or exc}{where}; nothing was exported") from None
+        if export.in_flight:
+            click.echo(f"note: {export.in_flight} attempt(s) still in flight (started, not finished) were left out; "
+                       "export again once they finish", err=True)
+        quarantine_note(conn.log)
+    return len(export.files)
 
 
 class _Files:

@@ -56,6 +56,8 @@ class TraceRound:
     """When its ``RoundStarted`` reached the log (its message's ``Hx-Time``: comparable with a time-travel cut)."""
     end_seq: int = 0
     """The sequence of its ``RoundFinished`` (0: not finished)."""
+    end_ns: int = 0
+    """The time of its ``RoundFinished`` on the log (0: not finished)."""
     finished: RoundFinished | None = None
     labelled: bool = True
     """False for a ``RoundStarted`` of schema version 1, which did not say what the round was for."""
@@ -75,7 +77,7 @@ async def trace_marks(log: EventLog, run: str) -> dict[int, TraceRound]:
         if isinstance(ev, RoundStarted) and ev.round not in trace:
             trace[ev.round] = TraceRound(ev, r.seq, r.frame_ns, labelled=r.version >= 2)
         elif isinstance(ev, RoundFinished) and ev.round in trace:
-            trace[ev.round].end_seq, trace[ev.round].finished = r.seq, ev
+            trace[ev.round].end_seq, trace[ev.round].end_ns, trace[ev.round].finished = r.seq, r.time_ns, ev
     return trace
 
 

@@ -52,10 +52,14 @@ MARKER = ".hx-export"
 """The file every export directory carries (``ExportMarker``): a directory without it is no export."""
 
 
-class ExportMarker(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What ``.hx-export`` holds: that ``hx export`` wrote the directory, which run, and which hx."""
+ExportKind = Literal["hx export", "hx export --inspect"]
+"""A run's directory, or its evaluations as Inspect AI eval logs (``hx.report.inspect_export``)."""
 
-    kind: Literal["hx export"] = "hx export"
+
+class ExportMarker(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What ``.hx-export`` holds: that ``hx export`` wrote the directory (which kind of export), which run, which hx."""
+
+    kind: ExportKind = "hx export"
     run_id: str
     hx_version: str
 
