@@ -196,6 +196,11 @@ def test_the_report_of_an_evolution_run(log: Log, evolved: str, tmp_path: Path,
     assert sum(r.forks for r in data.rounds) == sum(isinstance(r, VariantForked) for r in records)
     assert all(sum(r.shipped.values()) <= sum(r.proposed.values()) for r in data.rounds)
     assert not data.coevolution and data.benches == ("toyworld:rooms", "toyworld:bell")
+    # each round's wall time, from one signed decision time to the next
+    opened = next(r for r in records if isinstance(r, LedgerOpened))
+    since = [opened.at_ns, *(d.at_ns for d in decided[:-1])]
+    assert [r.took_s for r in data.rounds] == [(d.at_ns - s) / 1e9 for d, s in zip(decided, since, strict=True)]
+    assert all(t is not None and t > 0 for t in (r.took_s for r in data.rounds))
 
     # The default directory is ./reports/RUN.
     monkeypatch.chdir(tmp_path)
@@ -204,8 +209,9 @@ def test_the_report_of_an_evolution_run(log: Log, evolved: str, tmp_path: Path,
     assert str(out.relative_to(tmp_path) / "report.html") in result.stdout
     html = check_report(out, evolved, EVOLVE_FIGURES)
     assert "toyworld:rooms, toyworld:bell" in html and "learner" not in html.lower()
-    for d in decided:
+    for d, r in zip(decided, data.rounds, strict=True):
         assert f"<td>{d.round}</td><td class=\"text\">{d.outcome}</td>" in html
+        assert f"<td>{r.took_s:.1f} s</td></tr>" in html
 
     # The same log gives the same bytes; reading it wrote nothing to it.
     again = tmp_path / "again"
