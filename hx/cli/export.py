@@ -24,6 +24,8 @@ from hx.replay.audit import verified_ledger
 from hx.report.errors import ReportError
 from hx.report.export import MARKER, ExportMarker, render
 from hx.report.export_rounds import trajectory_name
+from hx.report.mlflow_curves import EVOLUTION, RunCurves, read_curves
+from hx.report.mlflow_store import check_store, mlflow_store_class, store_path, write_curves
 from projections.ledger import RunLedger
 from schemas.history import resolve_async
 from schemas.lifecycle import AttemptFinished
@@ -36,15 +38,19 @@ OPEN_FILES = 64
 
 @click.command("export")
 @click.argument("run_id", metavar="RUN", callback=run_id_option)
-@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", metavar="DIR", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--trajectories", is_flag=True,
               help="Also write each round's main-rollout attempts from the trace, conversations resolved "
                    "(R<n>/trajectories/TASK.ATTEMPT.jsonl).")
 @click.option("--force", is_flag=True,
               help="Replace DIR when an earlier hx export wrote it (it has the .hx-export marker); any other "
                    "non-empty directory is refused.")
+@click.option("--mlflow", "store", metavar="STORE",
+              help="Instead of DIR, write RUN's evolution and learner curves into the MLflow tracking store STORE "
+                   "(a SQLite file or sqlite:///PATH); again later adds only what is new (docs/viewers.md).")
 @pass_app
-def export_command(app: App, run_id: str, directory: Path, trajectories: bool, force: bool) -> None:
+def export_command(app: App, run_id: str, directory: Path | None, trajectories: bool, force: bool,
+                   store: str | None) -> None:
     """Write RUN's evolution record to DIR, folded from its edit ledger.
 
     DIR gets INDEX.md, journal.md, curves.json, scoreboard.json, audit.jsonl, data/ and one
@@ -53,10 +59,41 @@ def export_command(app: App, run_id: str, directory: Path, trajectories: bool, f
     the same bytes. The files are written beside DIR first and moved into place at the end,
     so a failure leaves DIR as it was. DIR is never hx's data dir, a folder containing it
     or inside it, nor the current or home directory or a parent of them.
+
+    With --mlflow STORE (and no DIR), RUN's curves go to an MLflow experiment named RUN instead:
+    one MLflow run for the evolution (a point per finished round) and one per learner.
     """
+    if store is not None:
+        export_mlflow(app, run_id, store, given=directory is not None or trajectories or force)
+        return
+    if directory is None:
+        raise ReportError("hx export RUN DIR: give the directory DIR to write (or --mlflow STORE)")
     target = check_target(directory, force=force, data_dir=app.settings.data_dir)
     count = run(_export(app, run_id, target, with_trajectories=trajectories, force=force))
     click.echo(f"exported run {run_id} to {directory} ({count} files)")
+
+
+def export_mlflow(app: App, run_id: str, store: str, *, given: bool) -> None:
+    """``hx export RUN --mlflow STORE``: the run's curves into an MLflow store (``hx.report.mlflow_store``)."""
+    if given:
+        raise ReportError("hx export --mlflow STORE writes no directory: leave out DIR, --trajectories and --force")
+    mlflow_store_class()  # before reading the log: say at once when the extra is missing
+    check_store(store_path(store), store)
+    curves = run(_read_curves(app, run_id))
+    if curves.in_flight:
+        click.echo(f"note: round(s) {', '.join(map(str, curves.in_flight))} of run {run_id} not finished on the "
+                   "ledger: left out (a later export adds them)", err=True)
+    written = write_curves(store, curves)
+    learners = sum(r.curve != EVOLUTION for r in curves.runs)
+    click.echo(f"exported run {run_id} to MLflow store {store} (experiment {written.experiment}: evolution"
+               f"{f' and {learners} learner(s)' if learners else ''}; {written.points} new metric points)")
+
+
+async def _read_curves(app: App, run_id: str) -> RunCurves:
+    async with app.connect() as conn:
+        curves = await read_curves(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
+        quarantine_note(conn.log)
+    return curves
 
 
 def check_target(directory: Path, *, force: bool, data_dir: Path) -> Path:
