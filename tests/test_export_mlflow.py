@@ -213,6 +213,8 @@ def test_a_store_hx_may_not_write_is_refused_and_left_as_it_was(run: Coevolved, 
         "error: run 'nope' has no ledger (no evolution run of that id is on HX_LEDGER)"
     assert "only a local SQLite file" in error_line(run.hx("export", RUN, "--mlflow", "postgresql://h/db"))
     assert "writes no directory" in error_line(run.hx("export", RUN, str(tmp_path / "d"), "--mlflow", "x.db"))
+    assert error_line(run.hx("export", RUN)) == \
+        "error: hx export RUN DIR: give the directory DIR to write (or --mlflow STORE)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign.db", "notes.db", "other.db", "twin.db"]
 
 

@@ -85,8 +85,8 @@ def export_mlflow(app: App, run_id: str, store: str, *, given: bool) -> None:
                    "ledger: left out (a later export adds them)", err=True)
     written = write_curves(store, curves)
     learners = sum(r.curve != EVOLUTION for r in curves.runs)
-    click.echo(f"exported run {run_id} to MLflow store {store} (experiment {written.experiment}: evolution"
-               f"{f' and {learners} learner(s)' if learners else ''}; {written.points} new metric points)")
+    click.echo(f"exported run {run_id} to MLflow store {store} (experiment {run_id!r}, id {written.experiment}: "
+               f"evolution{f' and {learners} learner(s)' if learners else ''}; {written.points} new metric points)")
 
 
 async def _read_curves(app: App, run_id: str) -> RunCurves:

@@ -11,10 +11,11 @@ times are the events' times on the log.
 >>> from hx.harness.config import HarnessConfig
 >>> from schemas.ledger import LedgerOpened
 >>> h = HarnessConfig()
->>> opened = LedgerOpened(run_id="r", strategy="global", harness=h.spec(), digest=h.digest, settings={"seed": 3})
+>>> job = {"loop": {"rounds": 2}}
+>>> opened = LedgerOpened(run_id="r", strategy="global", harness=h.spec(), digest=h.digest, settings=job)
 >>> out = run_curves([(opened, 1_700_000_000_000_000_000)], [])
 >>> [(r.curve, r.params, r.status) for r in out.runs]
-[('evolution', {'seed': '3'}, 'RUNNING')]
+[('evolution', {'loop.rounds': '2'}, 'RUNNING')]
 """
 
 from __future__ import annotations
