@@ -97,7 +97,8 @@ def write_curves(spec: str, curves: RunCurves) -> Written:
                 return fill(store, curves, spec)
             finally:
                 store.engine.dispose()  # close the copy's connections before it moves into place
-                store_cls._engine_map.pop(f"sqlite:///{scratch}", None)  # MLflow caches engines by URI
+                # MLflow caches engines by URI (a private map): drop the scratch file's, never used again
+                getattr(store_cls, "_engine_map", {}).pop(f"sqlite:///{scratch}", None)
     except MlflowException as exc:
         raise ReportError(f"MLflow refused to write {spec}: {one_line(exc.message)}; nothing was exported") from None
     except (OSError, sqlite3.Error, SQLAlchemyError) as exc:
