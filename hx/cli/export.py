@@ -25,6 +25,8 @@ from hx.report.errors import ReportError
 from hx.report.export import MARKER, ExportKind, ExportMarker, hx_version, render
 from hx.report.export_rounds import trajectory_name
 from hx.report.inspect_export import inspect_export
+from hx.report.mlflow_curves import EVOLUTION, RunCurves, read_curves
+from hx.report.mlflow_store import check_store, mlflow_store_class, store_path, write_curves
 from projections.ledger import RunLedger
 from schemas.history import resolve_async
 from schemas.lifecycle import AttemptFinished
@@ -39,7 +41,7 @@ OPEN_FILES = 64
 
 @click.command("export")
 @click.argument("run_id", metavar="RUN", callback=run_id_option)
-@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", metavar="DIR", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--trajectories", is_flag=True,
               help="Also write each round's main-rollout attempts from the trace, conversations resolved "
                    "(R<n>/trajectories/TASK.ATTEMPT.jsonl).")
@@ -49,10 +51,14 @@ OPEN_FILES = 64
 @click.option("--force", is_flag=True,
               help="Replace DIR when an earlier hx export of the same kind wrote it (it has the .hx-export "
                    "marker); any other non-empty directory is refused.")
+@click.option("--mlflow", "store", metavar="STORE",
+              help="Instead of DIR, write RUN's evolution and learner curves into the MLflow tracking store STORE "
+                   "(a SQLite file or sqlite:///PATH); again later adds only what is new (docs/viewers.md).")
 @pass_app
-def export_command(app: App, run_id: str, directory: Path, trajectories: bool, inspect: bool, force: bool) -> None:
+def export_command(app: App, run_id: str, directory: Path | None, trajectories: bool, inspect: bool, force: bool,
+                   store: str | None) -> None:
     """Write RUN's evolution record to DIR, folded from its edit ledger (``--inspect``: its evaluations as Inspect
-    AI eval logs).
+    AI eval logs; ``--mlflow STORE``: its curves into an MLflow store).
 
     DIR gets INDEX.md, journal.md, curves.json, scoreboard.json, audit.jsonl, data/ and one
     R<n>/ folder per round (landscape, candidate cards, applied harnesses, decision, gate
@@ -63,7 +69,15 @@ def export_command(app: App, run_id: str, directory: Path, trajectories: bool, i
 
     With --inspect, DIR gets one Inspect AI eval log (JSON) per round's main rollout and per
     held-out evaluation, and the marker; attempts still in flight are left out, with a note.
+
+    With --mlflow STORE (and no DIR), RUN's curves go to an MLflow experiment named RUN instead:
+    one MLflow run for the evolution (a point per finished round) and one per learner.
     """
+    if store is not None:
+        export_mlflow(app, run_id, store, given=directory is not None or trajectories or force or inspect)
+        return
+    if directory is None:
+        raise ReportError("hx export RUN DIR: give the directory DIR to write (or --mlflow STORE)")
     if inspect and trajectories:
         raise ReportError("--trajectories does not apply with --inspect (the eval logs hold the conversations)")
     kind: ExportKind = "hx export --inspect" if inspect else "hx export"
@@ -74,6 +88,30 @@ def export_command(app: App, run_id: str, directory: Path, trajectories: bool, i
         return
     count = run(_export(app, run_id, target, with_trajectories=trajectories, force=force))
     click.echo(f"exported run {run_id} to {directory} ({count} files)")
+
+
+def export_mlflow(app: App, run_id: str, store: str, *, given: bool) -> None:
+    """``hx export RUN --mlflow STORE``: the run's curves into an MLflow store (``hx.report.mlflow_store``)."""
+    if given:
+        raise ReportError("hx export --mlflow STORE writes no directory: leave out DIR, --inspect, --trajectories "
+                          "and --force")
+    mlflow_store_class()  # before reading the log: say at once when the extra is missing
+    check_store(store_path(store), store)
+    curves = run(_read_curves(app, run_id))
+    if curves.in_flight:
+        click.echo(f"note: round(s) {', '.join(map(str, curves.in_flight))} of run {run_id} not finished on the "
+                   "ledger: left out (a later export adds them)", err=True)
+    written = write_curves(store, curves)
+    learners = sum(r.curve != EVOLUTION for r in curves.runs)
+    click.echo(f"exported run {run_id} to MLflow store {store} (experiment {run_id!r}, id {written.experiment}: "
+               f"evolution{f' and {learners} learner(s)' if learners else ''}; {written.points} new metric points)")
+
+
+async def _read_curves(app: App, run_id: str) -> RunCurves:
+    async with app.connect() as conn:
+        curves = await read_curves(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
+        quarantine_note(conn.log)
+    return curves
 
 
 def check_target(directory: Path, *, force: bool, data_dir: Path, kind: ExportKind = "hx export") -> Path:
