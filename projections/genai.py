@@ -42,6 +42,23 @@ def split_spec(spec: str) -> tuple[str, str]:
     return scheme, rest.split("@", 1)[0] or scheme
 
 
+def response_model(model_version: str, spec: str) -> str:
+    """The model that answered, by name: the provider's own id, else the model the request named.
+
+    A provider that reports its own spec (``random:``, ``script:demo``) gives the name in it,
+    never a dangling spec.
+
+    >>> response_model("", "openai:qwen3@http://10.0.0.5/v1"), response_model("random:", "random:")
+    ('qwen3', 'random')
+    """
+    provider, requested = split_spec(spec)
+    if not model_version:
+        return requested
+    if provider and model_version.startswith(provider + ":"):
+        return split_spec(model_version)[1]
+    return model_version
+
+
 def agent_span_name(agent: str) -> str:
     """The root span of an attempt: ``invoke_agent {agent}``."""
     return f"invoke_agent {agent}"

@@ -1,21 +1,16 @@
 """The ``otel`` projection: every attempt on the log as an OpenTelemetry trace (GenAI semantic conventions).
 
-The fold turns an attempt's lifecycle, model and tool events into spans, one trace per
-attempt:
-
-- a root ``invoke_agent hx`` span from ``attempt.started`` to ``attempt.finished``, with the
-  run, round, task and attempt as ``hx.*`` attributes and hx's verdict;
-- a ``chat {model}`` child per model call, from ``model.request`` to ``model.response`` (or
-  ``model.error``), with ``gen_ai.provider.name``, ``gen_ai.request.model``,
-  ``gen_ai.response.model``, ``gen_ai.usage.*``;
-- an ``execute_tool {tool}`` child per tool call, from ``tool.invoked`` to ``tool.returned``.
-
-Span times are the events' ``Hx-Time`` headers (events written in one frame share one
-time). Trace and span ids are derived from the attempt's address and the events'
-positions, so the same log always yields the same ids: a trace exported twice (after a
-crash between export and checkpoint) is the same trace. Names and attributes come from
-``projections.genai``, shared with the live ``otel_spans`` processor. No message content,
-tool input or output, or model URL goes into a span.
+The fold feeds an attempt's lifecycle, model and tool events to the span builder of
+``projections.attempt_spans`` (shared with the live ``otel_spans`` processor, so both make
+the same spans), one trace per attempt: ``invoke_agent hx`` with a ``chat {model}`` child per
+model call and an ``execute_tool {tool}`` child per tool call. Span times are the events' own
+times (``Record.time_ns``; a call's end carries its measured duration, ``took_ns``); events of
+old logs, stamped only with their frame's time, keep their order and never end before they
+start. Trace and span ids derive from the attempt's address and the calls' numbers, so the
+same log always yields the same ids: a trace exported twice (after a crash between export and
+checkpoint) is the same trace. Each run's spans carry the resource attribute
+``openinference.project.name`` (Phoenix's project): the run's benchmark (from its
+``run.started``), else ``hx``, unless the runner is given one project for all.
 
 The fold stays pure: the state holds the spans of the attempts still open, and
 ``completed``, the spans the last ``attempt.finished`` closed. ``SpanExportRunner`` hands
@@ -26,11 +21,10 @@ exported (delivery is at least once).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import ClassVar, Literal
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 import msgspec
@@ -41,97 +35,99 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from projections.attempt_spans import (
+    AttemptSpans,
+    SpanData,
+    end_chat,
+    end_tool,
+    fail_chat,
+    finish_attempt,
+    open_attempt,
+    start_chat,
+    start_tool,
+)
 from projections.base import Projection
 from projections.errors import ExportFailed
-from projections.genai import (
-    ERROR_TYPE,
-    PROVIDER,
-    REQUEST_MODEL,
-    Attributes,
-    agent_attributes,
-    agent_span_name,
-    attempt_attributes,
-    chat_attributes,
-    chat_span_name,
-    request_parameter_attributes,
-    response_attributes,
-    split_spec,
-    tool_attributes,
-    tool_span_name,
-    verdict_attributes,
-)
 from projections.runner import Checkpoint, ProjectionRunner
 from projections.trace_store import attempt_key
 from schemas.envelope import Record
-from schemas.lifecycle import AttemptFinished, AttemptStarted
+from schemas.errors import HistoryGap
+from schemas.history import apply, conversation, packed
+from schemas.hooks import HookRecord
+from schemas.lifecycle import AttemptFinished, AttemptStarted, RunStarted
+from schemas.messages import Message
 from schemas.model import ModelError, ModelRequest, ModelResponse
 from schemas.tools import ToolInvoked, ToolReturned
 from streams.log import EventLog
 from streams.redaction import register_url, scrub
 from streams.topology import TraceAddress
 
-AGENT = "hx"
-"""``gen_ai.agent.name`` of every attempt's root span."""
 SCOPE = "hx.projections.otel"
 TRACES_PATH = "/v1/traces"
 EXPORTER_LOGGER = "opentelemetry.exporter.otlp"
 """The parent of the OTLP exporters' loggers (``...proto.http.trace_exporter``, ``...common``)."""
-
-
-class SpanData(msgspec.Struct, kw_only=True):
-    """One span as the projection keeps it (ids as hex, times in ns since the epoch)."""
-
-    trace_id: str
-    span_id: str
-    parent_id: str = ""
-    """Empty for the root span."""
-    name: str
-    kind: Literal["internal", "client"] = "internal"
-    start_ns: int
-    end_ns: int = 0
-    attributes: Attributes = {}
-    error: str = ""
-    """Non-empty: the span ended in error, with this description."""
-
-
-class AttemptSpans(msgspec.Struct, kw_only=True):
-    """The spans of one attempt still on the way: the root, the open chat and tool spans, the closed ones."""
-
-    agent: SpanData
-    chat: SpanData | None = None
-    tools: dict[str, SpanData] = {}
-    """Open tool spans by tool call id."""
-    closed: list[SpanData] = []
+PROJECT = "openinference.project.name"
+"""The resource attribute Phoenix takes a span's project from."""
+DEFAULT_PROJECT = "hx"
+"""The project of a run whose benchmark is not known."""
 
 
 class OtelState(msgspec.Struct, kw_only=True):
-    """Open attempts by key (``run/round/task/attempt``), the last completed trace, and how many completed."""
+    """Open attempts by key (``run/round/task/attempt``), the last completed trace, and each run's project."""
 
     open: dict[str, AttemptSpans] = {}
     completed: list[SpanData] = []
     """The spans the last ``attempt.finished`` completed (its whole trace, root last)."""
     traces: int = 0
+    projects: dict[str, str] = {}
+    """A run's default project by run id: its benchmark(s), from its ``run.started``."""
 
 
-def _hex(*parts: str, size: int) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[: 2 * size]
+def run_project(event: RunStarted) -> str:
+    """The project a run's spans go to by default: its benchmark (``twx``), several joined by ``+``, else ``hx``."""
+    config = event.config
+    benches = config.get("benchmarks") or config.get("benches") or ()
+    names = sorted({str(b).partition(":")[0] for b in benches if str(b)}) if isinstance(benches, list) else []
+    return "+".join(names) or DEFAULT_PROJECT
 
 
-def _close(span: SpanData, end_ns: int, error: str = "") -> SpanData:
-    span.end_ns = max(end_ns, span.start_ns)
-    if error:
-        span.error = error
-    return span
+def _conversation(spans: AttemptSpans, event: ModelRequest | HookRecord) -> tuple[Message, ...] | None:
+    """The conversation an event carries, resolved against the attempt's previous one (``schemas.history``).
+
+    None when it cannot be: its base conversation was not folded (the fold began mid-attempt).
+    """
+    history = packed(event)
+    if history is None:
+        messages = conversation(event)
+    elif history.ordinal == 0 or spans.ordinal == history.ordinal - 1:
+        try:
+            messages = apply(spans.conversation if history.ordinal else (), history.parts)
+        except HistoryGap:
+            return None
+        spans.ordinal = history.ordinal
+    else:
+        return None
+    if messages is not None:
+        spans.conversation = messages
+    return messages
 
 
 class OtelSpans(Projection[OtelState]):
-    """GenAI spans of every attempt: ``invoke_agent`` with ``chat`` and ``execute_tool`` children."""
+    """GenAI spans of every attempt: ``invoke_agent`` with ``chat`` and ``execute_tool`` children.
+
+    ``content``: the spans carry message content and tool input and output, scrubbed (the fold
+    then also reads the hook records, to resolve the logged conversation deltas).
+    """
 
     name: ClassVar[str] = "otel"
-    version: ClassVar[int] = 1
-    reads = frozenset({AttemptStarted.TYPE, AttemptFinished.TYPE, ModelRequest.TYPE, ModelResponse.TYPE,
-                       ModelError.TYPE, ToolInvoked.TYPE, ToolReturned.TYPE})
+    version: ClassVar[int] = 2
+    """Version 1 had no ``session.id``, project or verdict status, and ids by log position."""
+    reads = frozenset({RunStarted.TYPE, AttemptStarted.TYPE, AttemptFinished.TYPE, ModelRequest.TYPE,
+                       ModelResponse.TYPE, ModelError.TYPE, ToolInvoked.TYPE, ToolReturned.TYPE, HookRecord.TYPE})
     state_type = OtelState
+
+    def __init__(self, *, content: bool = False) -> None:
+        self.content = content
 
     def initial(self) -> OtelState:
         """No attempt open, none completed."""
@@ -141,6 +137,10 @@ class OtelSpans(Projection[OtelState]):
         """Open, annotate or close the span the record marks."""
         if state.completed:
             state.completed = []
+        event = record.event
+        if isinstance(event, RunStarted):
+            state.projects[event.run_id] = run_project(event)
+            return state
         try:
             addr = TraceAddress.parse(record.subject)
         except ValueError:
@@ -148,83 +148,37 @@ class OtelSpans(Projection[OtelState]):
         if addr.round is None or addr.task is None or addr.attempt is None:
             return state
         key = attempt_key(addr.run, addr.round, addr.task, addr.attempt)
-        event = record.event
+        at = record.time_ns
         if isinstance(event, AttemptStarted):
-            state.open[key] = AttemptSpans(agent=self._agent(key, addr, event, record.time_ns))
+            state.open[key] = open_attempt(addr.run, addr.round, addr.task, addr.attempt, at, model=event.model,
+                                           harness_digest=event.harness_digest, content=self.content)
             return state
         spans = state.open.get(key)
         if spans is None:
             return state  # the attempt began before this projection's first event (--from): no root to hang it on
-        pos = f"{record.seq}.{record.index}"
-        if isinstance(event, ModelRequest):
-            if spans.chat is not None:
-                spans.closed.append(_close(spans.chat, record.time_ns, "no response before the next request"))
-            model = split_spec(event.model)[1]
-            attributes = {**chat_attributes(event.step, event.model), **request_parameter_attributes(event.params),
-                          "hx.model.role": event.role, "hx.model.try": event.try_index}
-            spans.chat = SpanData(trace_id=spans.agent.trace_id, span_id=_hex(key, "chat", pos, size=8),
-                                  parent_id=spans.agent.span_id, name=chat_span_name(model), kind="client",
-                                  start_ns=record.time_ns, attributes=attributes)
-        elif isinstance(event, ModelResponse | ModelError):
-            chat, spans.chat = spans.chat, None
-            if chat is None:
-                return state
-            if isinstance(event, ModelResponse):
-                model = event.model_version or split_spec(event.model)[1]
-                chat.attributes.update(response_attributes(model, event.stop_reason, len(event.tool_calls),
-                                                           event.usage.input_tokens, event.usage.output_tokens))
-                spans.closed.append(_close(chat, record.time_ns))
-            else:
-                chat.attributes[ERROR_TYPE] = event.kind
-                spans.closed.append(_close(chat, record.time_ns, f"model error: {event.kind}"))
+        if isinstance(event, HookRecord):
+            if spans.content:
+                _conversation(spans, event)  # only to keep the attempt's conversations resolvable
+        elif isinstance(event, ModelRequest):
+            messages = _conversation(spans, event) if spans.content else None
+            start_chat(spans, at, step=event.step, spec=event.model, role=event.role, try_index=event.try_index,
+                       params=dict(event.params), messages=messages)
+        elif isinstance(event, ModelResponse):
+            end_chat(spans, at, spec=event.model, model_version=event.model_version, stop_reason=event.stop_reason,
+                     content=event.content, tool_calls=event.tool_calls, input_tokens=event.usage.input_tokens,
+                     output_tokens=event.usage.output_tokens, took_ns=record.took_ns)
+        elif isinstance(event, ModelError):
+            fail_chat(spans, at, event.kind, took_ns=record.took_ns)
         elif isinstance(event, ToolInvoked):
-            call = event.call
-            old = spans.tools.pop(call.id, None)
-            if old is not None:
-                spans.closed.append(_close(old, record.time_ns, "no result before the call was made again"))
-            spans.tools[call.id] = SpanData(
-                trace_id=spans.agent.trace_id, span_id=_hex(key, "tool", pos, size=8), parent_id=spans.agent.span_id,
-                name=tool_span_name(call.name), start_ns=record.time_ns,
-                attributes=tool_attributes(call.name, call.id, event.step))
+            start_tool(spans, at, step=event.step, call=event.call)
         elif isinstance(event, ToolReturned):
-            tool = spans.tools.pop(event.result.call_id, None)
-            if tool is None:
-                return state
-            error = ""
-            if event.result.is_error:
-                tool.attributes[ERROR_TYPE] = "tool_error"
-                error = scrub(event.result.output[:200]) or "tool error"
-            spans.closed.append(_close(tool, record.time_ns, error))
+            end_tool(spans, at, event.result, took_ns=record.took_ns)
         elif isinstance(event, AttemptFinished):
-            self._finish(state, key, spans, event, record.time_ns)
+            state.completed = finish_attempt(spans, at, passed=event.passed, score=event.score, steps=event.steps,
+                                             status=event.status)
+            state.traces += 1
+            del state.open[key]
         return state
-
-    @staticmethod
-    def _agent(key: str, addr: TraceAddress, event: AttemptStarted, time_ns: int) -> SpanData:
-        assert addr.round is not None and addr.task is not None and addr.attempt is not None
-        attributes = {**agent_attributes(AGENT, addr.task), **attempt_attributes(addr.run, addr.round, addr.task,
-                                                                                addr.attempt)}
-        if event.model:
-            provider, model = split_spec(event.model)
-            attributes[REQUEST_MODEL] = model
-            if provider:
-                attributes[PROVIDER] = provider
-        if event.harness_digest:
-            attributes["hx.harness.digest"] = event.harness_digest
-        return SpanData(trace_id=_hex("hx-trace", key, size=16), span_id=_hex(key, "agent", size=8),
-                        name=agent_span_name(AGENT), start_ns=time_ns, attributes=attributes)
-
-    @staticmethod
-    def _finish(state: OtelState, key: str, spans: AttemptSpans, event: AttemptFinished, time_ns: int) -> None:
-        unfinished = [*spans.tools.values(), *([spans.chat] if spans.chat is not None else [])]
-        for span in unfinished:
-            spans.closed.append(_close(span, time_ns, f"attempt ended ({event.status}) before the span completed"))
-        agent = spans.agent
-        agent.attributes.update(verdict_attributes(event.passed, event.score, event.steps, event.status))
-        error = event.status if event.status in ("interrupted", "infra_failure") else ""
-        state.completed = [*spans.closed, _close(agent, time_ns, error)]
-        state.traces += 1
-        del state.open[key]
 
 
 def readable(span: SpanData, resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
@@ -234,7 +188,8 @@ def readable(span: SpanData, resource: Resource, scope: InstrumentationScope) ->
     context = SpanContext(trace_id, int(span.span_id, 16), is_remote=False, trace_flags=flags)
     parent = SpanContext(trace_id, int(span.parent_id, 16), is_remote=False, trace_flags=flags) \
         if span.parent_id else None
-    status = Status(StatusCode.ERROR, span.error) if span.error else Status(StatusCode.UNSET)
+    status = Status(StatusCode.ERROR, span.error) if span.error else Status(
+        StatusCode.OK if span.ok else StatusCode.UNSET)
     kind = SpanKind.CLIENT if span.kind == "client" else SpanKind.INTERNAL
     return ReadableSpan(span.name, context=context, parent=parent, resource=resource,
                         attributes=span.attributes,
@@ -304,25 +259,38 @@ class SpanExportRunner(ProjectionRunner[OtelState]):
     """
 
     def __init__(self, log: EventLog, projection: OtelSpans, exporter: SpanExporter, *, target: str = "exporter",
-                 batch_spans: int = 512, live: bool = False, checkpoint_every: int = 200_000) -> None:
+                 batch_spans: int = 512, live: bool = False, checkpoint_every: int = 200_000,
+                 project: str = "") -> None:
         super().__init__(log, projection, checkpoint_every=checkpoint_every)
         self.exporter = exporter
         self.target = target
         """Where spans go, for messages (an endpoint URL is scrubbed of credentials)."""
         self.batch_spans = batch_spans
         self.live = live
+        self.project = project
+        """The project of every span; empty: each run's own (``OtelState.projects``, else ``hx``)."""
         self.exported_spans = 0
         self.exported_traces = 0
-        self._pending: list[SpanData] = []
+        self._pending: list[tuple[SpanData, str]] = []
+        """Completed spans with their project."""
         self._pending_traces = 0
-        self._resource = Resource.create({"service.name": "hx"})
+        self._resources: dict[str, Resource] = {}
         self._scope = InstrumentationScope(SCOPE, str(projection.version))
+
+    def resource(self, project: str) -> Resource:
+        """The resource of a project's spans (one per project: a ReadableSpan carries its own)."""
+        found = self._resources.get(project)
+        if found is None:
+            found = self._resources[project] = Resource.create({"service.name": "hx", PROJECT: project})
+        return found
 
     def apply(self, record: Record) -> bool:
         """Fold one record; queue the trace it completes, and export when the batch is full (or live)."""
         applied = super().apply(record)
         if applied and record.type == AttemptFinished.TYPE and self.state.completed:
-            self._pending.extend(self.state.completed)
+            run = str(self.state.completed[-1].attributes.get("hx.run.id", ""))
+            project = self.project or self.state.projects.get(run, DEFAULT_PROJECT)
+            self._pending.extend((span, project) for span in self.state.completed)
             self._pending_traces += 1
             if self.live or len(self._pending) >= self.batch_spans:
                 self.flush()
@@ -332,7 +300,7 @@ class SpanExportRunner(ProjectionRunner[OtelState]):
         """Export every queued span; ``ExportFailed`` (spans kept queued) when the exporter fails."""
         if not self._pending:
             return
-        spans = [readable(s, self._resource, self._scope) for s in self._pending]
+        spans = [readable(s, self.resource(project), self._scope) for s, project in self._pending]
         with quiet_exporter() as captured:
             result = self.exporter.export(spans)
         if result != SpanExportResult.SUCCESS:

@@ -29,7 +29,7 @@ from projections.base import Projection
 from projections.otel_spans import OtelSpans, SpanExportRunner
 from projections.testing import ProjectionKit
 from schemas.lifecycle import AttemptFinished, AttemptStarted
-from schemas.model import ModelRequest
+from schemas.model import ModelRequest, ModelResponse
 from schemas.tools import ToolInvoked
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -134,7 +134,9 @@ def test_a_real_runs_spans_follow_the_genai_conventions(nats_url: str, tmp_path:
             a["gen_ai.response.model"]) == ("chat", "openai", "m", "stand-in")
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (10, 5)  # the server's usage
     assert a["gen_ai.response.finish_reasons"] == ("tool_calls",) and a["hx.step"] == 1
-    assert {s.start_time for s in spans if s.name == "chat m"} <= {r.time_ns for r in requests}  # Hx-Time
+    responses = [r for r in log if isinstance(r.event, ModelResponse)]
+    assert {(s.start_time, s.end_time) for s in spans if s.name == "chat m"} == {
+        (r.start_ns, r.time_ns) for r in responses}  # each call's own measured time
     tool = next(s for s in spans if s.name == "execute_tool act")
     a = attrs(tool)
     assert (a["gen_ai.operation.name"], a["gen_ai.tool.name"], a["gen_ai.tool.type"]) == (
@@ -154,6 +156,8 @@ class Receiver:
     def __init__(self) -> None:
         self.spans: list[Any] = []
         self.paths: list[str] = []
+        self.projects: list[str] = []
+        """Each span's resource attribute openinference.project.name."""
         self.arrived = threading.Condition()
         """Notified after each request's spans are stored."""
 
@@ -179,8 +183,10 @@ def otlp_receiver() -> Iterator[tuple[str, Receiver]]:
             request.ParseFromString(body)
             with got.arrived:
                 for resource_spans in request.resource_spans:
+                    project = values(resource_spans.resource).get("openinference.project.name", "")
                     for scope_spans in resource_spans.scope_spans:
                         got.spans.extend(scope_spans.spans)
+                        got.projects.extend([project] * len(scope_spans.spans))
                 got.arrived.notify_all()
             self.reply(200, ExportTraceServiceResponse().SerializeToString(),
                        {"content-type": "application/x-protobuf"})
@@ -216,14 +222,38 @@ def test_spans_reach_a_real_otlp_receiver_once(nats_url: str, tmp_path: Path) ->
         assert {values(s)["hx.run.id"] for s in roots} == {"to-otlp"}
         tool = next(s for s in got.spans if s.name == "execute_tool act")
         assert values(tool)["gen_ai.tool.name"] == "act" and tool.parent_span_id in {s.span_id for s in roots}
+        assert {values(s)["session.id"] for s in got.spans} == {"to-otlp"} and set(got.projects) == {"toy"}
+        assert all(s.end_time_unix_nano > s.start_time_unix_nano for s in got.spans)  # true durations
         sent = len(got.spans)
 
         again = ok(hx("--nats-url", nats_url, "projections", "run", "otel", "--once", "--otlp-endpoint", url)).stdout
         assert "resumed from" in again and len(got.spans) == sent  # a resumed export sends nothing twice
         toy_run(nats_url, tmp_path, "to-otlp-2", tasks=1, attempts=1, max_steps=4)
-        ok(hx("--nats-url", nats_url, "projections", "run", "otel", "--once", "--otlp-endpoint", url + "/v1/traces"))
+        ok(hx("--nats-url", nats_url, "projections", "run", "otel", "--once", "--otlp-endpoint", url + "/v1/traces",
+              "--project", "mine"))
         new = got.spans[sent:]
         assert {values(s)["hx.run.id"] for s in new if not s.parent_span_id} == {"to-otlp-2"}
+        assert set(got.projects[sent:]) == {"mine"}
+
+
+def test_an_endpoint_answering_an_http_error_is_one_line(nats_url: str, tmp_path: Path) -> None:
+    """A receiver that answers 500 or 404: one error line naming the endpoint, and no checkpoint."""
+    toy_run(nats_url, tmp_path, "refused", tasks=1, attempts=1, max_steps=2)
+    for code in (500, 404):
+        class Refusing(RecordedReplies):
+            status = code
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.reply(self.status, b"no")
+
+        with serving(Refusing) as url:
+            result = hx("--nats-url", nats_url, "projections", "run", "otel", "--once",
+                        "--otlp-endpoint", f"{url}?api_key={API_KEY}", "--otlp-timeout", "0.5")
+        line = error_line(result)
+        assert result.stderr.strip().splitlines() == [line] and url in line and API_KEY not in result.output
+        assert "exporting" in line and "failed" in line
+        assert checkpoint(nats_url, OtelSpans()) is None
 
 
 def test_an_unreachable_endpoint_is_one_line_and_checkpoints_nothing(nats_url: str, tmp_path: Path) -> None:

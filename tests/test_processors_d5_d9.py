@@ -43,6 +43,7 @@ from hx.processors.training_bridge import RLRecord, attempt_to_rl_records, group
 from hx.runtime.loop import BLOCKED, AttemptResult
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import FunctionTool, Task, Tool
+from projections.otel_spans import OtelSpans, SpanExportRunner
 from schemas.envelope import Record
 from schemas.event import Event
 from schemas.history import resolve_async
@@ -53,6 +54,7 @@ from schemas.model import ModelRequest, ModelResponse
 from schemas.tools import ToolInvoked, ToolReturned, VerifierScore
 from streams.config import NatsSettings
 from streams.connection import connect
+from streams.redaction import register
 from streams.topology import trace_filter
 
 E = TypeVar("E", bound=Event)
@@ -560,6 +562,53 @@ async def test_otel_spans_mark_an_interrupted_attempt(nats_url: str, span_export
     assert spans["invoke_agent hx"].status.status_code == StatusCode.ERROR
     failing = [s for s in span_exporter.get_finished_spans() if s.name == "execute_tool look"]
     assert len(failing) == 2 and failing[1].status.status_code == StatusCode.ERROR  # never reached after_tool
+
+
+async def rebuilt_spans(nats_url: str, run_id: str, content: bool) -> list[ReadableSpan]:
+    """The otel projection's spans of one run, folded from the log into an in-memory exporter."""
+    exporter = InMemorySpanExporter()
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        runner = SpanExportRunner(conn.log, OtelSpans(content=content), exporter)
+        await runner.catch_up(checkpoint=False)
+        runner.flush()
+    return [s for s in exporter.get_finished_spans() if dict(s.attributes or {}).get("session.id") == run_id]
+
+
+def span_shape(spans: Sequence[ReadableSpan]) -> list[tuple[Any, ...]]:
+    """Each span's name, kind, status, attributes and its parent's name, in start order."""
+    by_id = {_ctx(s).span_id: s.name for s in spans}
+    return [(s.name, s.kind, s.status.status_code, s.status.description, dict(s.attributes or {}),
+             by_id.get(s.parent.span_id) if s.parent is not None else None)
+            for s in sorted(spans, key=lambda s: (s.start_time or 0, s.name))]
+
+
+async def test_live_and_rebuilt_spans_are_the_same_spans(nats_url: str, span_exporter: InMemorySpanExporter) -> None:
+    """One attempt's spans from the live processor and from the otel projection over its log agree (with content)."""
+    span_exporter.clear()
+    secret = "sk-otel-content-secret-0123456789"
+    register(secret)  # as hx registers an API key given as an option
+    harness = HarnessConfig().attach(OtelSpanEmitter.accepted_hooks(), OtelSpanEmitter(content=True))
+    task = DemoTask([add_tool()], expected="4", instruction=f"Add 1 and 2; the key is {secret}.")
+    [result], records = await run(nats_url, harness, task, [{**call("c1", "add", a=1, b=2), "usage": USAGE},
+                                                            answer(f"3 {secret}")], run_id="live-vs-log")
+    assert not result.passed and result.status == "completed"
+    live = list(span_exporter.get_finished_spans())
+    rebuilt = await rebuilt_spans(nats_url, "live-vs-log", content=True)
+    assert span_shape(live) == span_shape(rebuilt)
+    root = next(s for s in rebuilt if s.parent is None)
+    assert root.status.status_code == StatusCode.ERROR and root.status.description == "failed: score 0"
+    for spans in (live, rebuilt):
+        assert [s.name for s in spans if s.parent is None] == ["invoke_agent hx"]
+        assert all(s.end_time is not None and s.start_time is not None and s.end_time > s.start_time
+                   for s in spans)  # true durations, not a frame's one time
+        assert {dict(s.attributes or {})["session.id"] for s in spans} == {"live-vs-log"}
+        text = repr([(dict(s.attributes or {}), s.status.description) for s in spans])
+        assert secret not in text and "Add 1 and 2; the key is ***." in text and "3 ***" in text
+    chat = dict(next(s for s in rebuilt if s.name == "chat demo").attributes or {})
+    assert (chat["gen_ai.response.model"], chat["llm.input_messages.0.message.role"]) == ("demo", "user")
+    tool = dict(next(s for s in rebuilt if s.name == "execute_tool add").attributes or {})
+    assert (tool["input.value"], tool["output.value"]) == ('{"a": 1, "b": 2}', "3")
+    assert any(isinstance(r.event, ModelRequest) for r in records)
 
 
 async def test_structlog_events_log_every_hook(nats_url: str) -> None:

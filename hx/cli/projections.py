@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 import structlog
@@ -190,9 +190,15 @@ async def _rebuild(app: App, name: str) -> None:
               help="otel only: the OTLP/HTTP endpoint spans go to (http://host:4318, or a full .../v1/traces URL).")
 @click.option("--otlp-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="otel only: seconds an export may take, the exporter's retries included.")
+@click.option("--project", metavar="NAME",
+              help="otel only: the project every span goes to (openinference.project.name); "
+                   "default: each run's benchmark, else hx.")
+@click.option("--content", is_flag=True,
+              help="otel only: add message content and tool input/output to the spans (secrets scrubbed).")
 @pass_app
 def run_projection(app: App, name: str, once: bool, from_start: bool, from_seq: int | None,
-                   checkpoint_every: int, otlp_endpoint: str | None, otlp_timeout: float) -> None:
+                   checkpoint_every: int, otlp_endpoint: str | None, otlp_timeout: float, project: str | None,
+                   content: bool) -> None:
     """Build a projection from the log, resuming from its checkpoint, then follow it (--once: stop at its end).
 
     NAME is a built-in (``hx projections list``), an installed plugin, or a class given as
@@ -206,21 +212,32 @@ def run_projection(app: App, name: str, once: bool, from_start: bool, from_seq: 
     proj = named_projection(name)
     if isinstance(proj, OtelSpans) and not otlp_endpoint:
         raise HxError("the otel projection exports spans: give --otlp-endpoint URL (e.g. http://127.0.0.1:4318)")
-    if otlp_endpoint and not isinstance(proj, OtelSpans):
-        raise HxError(f"--otlp-endpoint is for the otel projection, not {proj.name!r}")
-    run(_run(app, name, not once, checkpoint_every, from_start=from_start, from_seq=from_seq,
-             otlp=(otlp_endpoint, otlp_timeout) if otlp_endpoint else None))
+    for flag, given in (("--otlp-endpoint", otlp_endpoint), ("--project", project), ("--content", content)):
+        if given and not isinstance(proj, OtelSpans):
+            raise HxError(f"{flag} is for the otel projection, not {proj.name!r}")
+    if project is not None and not project.strip():
+        raise HxError("--project: give a project name")
+    otlp = OtlpTarget(otlp_endpoint, otlp_timeout, project or "", content) if otlp_endpoint else None
+    run(_run(app, name, not once, checkpoint_every, from_start=from_start, from_seq=from_seq, otlp=otlp))
+
+
+class OtlpTarget(NamedTuple):
+    """Where and how the otel projection exports: endpoint, timeout, project (empty: each run's), content."""
+
+    endpoint: str
+    timeout: float
+    project: str
+    content: bool
 
 
 def _runner(event_log: EventLog, proj: Projection[Any], checkpoint_every: int,
-            otlp: tuple[str, float] | None) -> ProjectionRunner[Any]:
+            otlp: OtlpTarget | None) -> ProjectionRunner[Any]:
     """A plain runner, or for ``otel`` one that exports each finished attempt's spans."""
     from projections.otel_spans import OtelSpans, SpanExportRunner, otlp_exporter  # here: it loads OpenTelemetry's SDK
 
     if otlp is not None and isinstance(proj, OtelSpans):
-        endpoint, timeout = otlp
-        return SpanExportRunner(event_log, proj, otlp_exporter(endpoint, timeout), target=endpoint,
-                                checkpoint_every=checkpoint_every)
+        return SpanExportRunner(event_log, OtelSpans(content=otlp.content), otlp_exporter(otlp.endpoint, otlp.timeout),
+                                target=otlp.endpoint, checkpoint_every=checkpoint_every, project=otlp.project)
     return ProjectionRunner(event_log, proj, checkpoint_every=checkpoint_every)
 
 
@@ -245,7 +262,7 @@ async def _start(runner: ProjectionRunner[Any], name: str, from_start: bool, fro
 
 
 async def _run(app: App, name: str, follow: bool, checkpoint_every: int, *, from_start: bool = False,
-               from_seq: int | None = None, otlp: tuple[str, float] | None = None) -> None:
+               from_seq: int | None = None, otlp: OtlpTarget | None = None) -> None:
     async with app.connect() as conn:
         proj = named_projection(name)
         name = proj.name
@@ -311,4 +328,7 @@ def _exported(runner: ProjectionRunner[Any], err: bool = False) -> None:
 
     if isinstance(runner, SpanExportRunner):
         click.echo(f"  exported  {runner.exported_spans} spans of {runner.exported_traces} attempt traces "
-                   f"to {scrub(runner.target)}; {len(runner.state.open)} attempt(s) still open", err=err)
+                   f"to {scrub(runner.target)}", err=err)
+        if runner.state.open:
+            click.echo(f"  {len(runner.state.open)} attempts still running: exported when they finish "
+                       f"(a later run of the projection sends them)", err=err)

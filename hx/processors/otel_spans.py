@@ -16,21 +16,25 @@ or an interrupted attempt shows up next to the rest of their services:
   (``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``; error status
   for an error result).
 
-Spans go to the global tracer provider (``opentelemetry.trace.set_tracer_provider``);
-with none configured they are no-ops. Span times come from the wall clock, which is
-fine: spans are not event bodies. Message contents are not recorded. The requested model
-is not part of the before_model event, so unless ``request_model`` names it the chat
-span takes the name and request model of the model that answered (under fallback, the
-fallback's).
-
-Span names and attributes come from ``projections.genai``, shared with the ``otel``
-projection that builds the same spans from the log afterwards (``hx projections run otel``).
+Spans are built by ``projections.attempt_spans``, the builder the ``otel`` projection
+(``hx projections run otel``) also uses, so a live span and a rebuilt one have the same
+name, attributes (``session.id`` = the run id included), kind, parent and status; their
+times differ by the time between a hook and its event. The attempt's address, harness and
+main model come from the running attempt (``hx.runtime.services``). Differences that remain:
+the hooks see one call per model turn, so a retried or fallen-back call is one span live and
+one per try on the log; ``gen_ai.response.model`` is the answering model's name live (hooks
+do not carry the provider's own model id); the project is the tracer provider's resource.
+Each child span is emitted when it closes, the attempt's when the attempt ends, through the
+global tracer provider (``opentelemetry.trace.set_tracer_provider``); with none configured
+they are no-ops. With ``content`` the spans carry the messages and tool input/output,
+scrubbed of secrets (``streams.redaction.scrub``).
 
 Attach with ``attach(OtelSpanEmitter.accepted_hooks(), OtelSpanEmitter())``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
@@ -38,22 +42,21 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from hx.harness.processor import POST, Processor
-from projections.genai import (
-    ERROR_TYPE,
-    PROVIDER,
-    REQUEST_MODEL,
-    Attributes,
-    agent_attributes,
-    agent_span_name,
-    chat_attributes,
-    chat_span_name,
-    response_attributes,
-    split_spec,
-    tool_attributes,
-    tool_span_name,
-    verdict_attributes,
+from hx.runtime.services import current_services
+from projections.attempt_spans import (
+    AGENT,
+    AttemptSpans,
+    SpanData,
+    end_chat,
+    end_tool,
+    finish_attempt,
+    open_attempt,
+    start_chat,
+    start_tool,
+    take_closed,
 )
 from schemas.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, TaskEnd, TaskStart
+from schemas.lifecycle import AttemptStarted
 
 SpanHook = TaskStart | BeforeModel | AfterModel | BeforeTool | AfterTool | TaskEnd
 
@@ -65,93 +68,81 @@ class OtelSpanEmitter(Processor, kw_only=True, dict=True, forbid_unknown_fields=
     _order: ClassVar[int] = POST  # observe what the other processors leave
     dimension: ClassVar[str] = "D8"
 
-    agent_name: str = "hx"
-    """``gen_ai.agent.name`` and the agent span's name suffix."""
+    agent_name: str = AGENT
+    """``gen_ai.agent.name`` and the agent span's name suffix (the ``otel`` projection's is ``hx``)."""
     request_model: str = ""
-    """The model spec requested, when known in advance (otherwise the one that answered)."""
+    """The model spec requested; empty: the running attempt's main model."""
     scope: str = "hx"
     """Instrumentation scope name of the tracer."""
+    content: bool = False
+    """Add message content and tool input/output to the spans (secrets scrubbed)."""
 
     def __post_init__(self) -> None:
         self._tracer = trace.get_tracer(self.scope)
-        self._agent: Span | None = None
-        self._chat: Span | None = None
-        self._tools: dict[str, Span] = {}
-
-    def _child(self, name: str, kind: SpanKind, attributes: Attributes) -> Span:
-        context = trace.set_span_in_context(self._agent) if self._agent is not None else None
-        return self._tracer.start_span(name, context=context, kind=kind, attributes=attributes)
+        self._spans: AttemptSpans | None = None
+        self._params: dict[str, object] = {}
+        self._model = self.request_model
+        self._root: Span | None = None
 
     async def process(self, event: SpanHook) -> AsyncIterator[SpanHook]:
-        """Open or close the span the hook marks; the event passes unchanged."""
+        """Feed the hook to the span builder; emit the spans it closed. The event passes unchanged."""
+        now = time.time_ns()
         if isinstance(event, TaskStart):
-            self._start_agent(event)
-        elif isinstance(event, BeforeModel):
-            self._start_chat(event)
-        elif isinstance(event, AfterModel):
-            self._end_chat(event)
-        elif isinstance(event, BeforeTool):
-            self._start_tool(event)
-        elif isinstance(event, AfterTool):
-            self._end_tool(event)
-        else:
-            self._end_agent(event)
+            self._start(event, now)
+        elif (spans := self._spans) is not None:
+            if isinstance(event, BeforeModel):
+                start_chat(spans, now, step=event.step, spec=self._model, params=self._params,
+                           messages=event.messages)
+            elif isinstance(event, AfterModel):
+                end_chat(spans, now, spec=event.model or self._model, stop_reason=event.stop_reason,
+                         content=event.content, tool_calls=event.tool_calls, input_tokens=event.usage.input_tokens,
+                         output_tokens=event.usage.output_tokens)
+            elif isinstance(event, BeforeTool):
+                if event.approved:  # a blocked call never runs: no tool.invoked on the log, no span
+                    start_tool(spans, now, step=event.step, call=event.call)
+            elif isinstance(event, AfterTool):
+                end_tool(spans, now, event.result)
+            else:
+                self._spans = None
+                self._emit(finish_attempt(spans, now, passed=event.passed, score=event.score, steps=event.steps,
+                                          status=event.status))
+            if self._spans is not None:
+                self._emit(take_closed(self._spans))
         yield event
 
-    def _start_agent(self, event: TaskStart) -> None:
-        self._agent = self._tracer.start_span(agent_span_name(self.agent_name), kind=SpanKind.INTERNAL,
-                                              attributes=agent_attributes(self.agent_name, event.task.id,
-                                                                          event.task.benchmark))
+    def _start(self, event: TaskStart, now: int) -> None:
+        services = current_services()
+        started = services.started if services is not None else None
+        if services is not None:
+            model, params = services.request()
+            self._model, self._params = self.request_model or model, params
+        if started is None:  # outside a run (a processor kit): an attempt 0 of no run
+            started = AttemptStarted(run_id="", round=0, task_id=event.task.id, attempt=0)
+        self._spans = spans = open_attempt(started.run_id, started.round, started.task_id, started.attempt, now,
+                                           model=self._model, harness_digest=started.harness_digest,
+                                           benchmark=event.task.benchmark, content=self.content,
+                                           agent=self.agent_name)
+        agent = spans.agent
+        self._root = self._tracer.start_span(agent.name, kind=SpanKind.INTERNAL, attributes=agent.attributes,
+                                             start_time=agent.start_ns)
 
-    def _start_chat(self, event: BeforeModel) -> None:
-        if self._chat is not None:  # the previous call never reached after_model
-            self._chat.set_status(Status(StatusCode.ERROR, "no response reached after_model"))
-            self._chat.end()
-        name = chat_span_name(split_spec(self.request_model)[1] if self.request_model else "")
-        self._chat = self._child(name, SpanKind.CLIENT, chat_attributes(event.step, self.request_model))
+    def _emit(self, spans: list[SpanData]) -> None:
+        """Hand closed spans to the tracer provider with the builder's times, attributes and status.
 
-    def _end_chat(self, event: AfterModel) -> None:
-        span, self._chat = self._chat, None
-        if span is None:
-            return
-        provider, model = split_spec(event.model)
-        if not self.request_model:
-            span.update_name(chat_span_name(model))
-            span.set_attribute(REQUEST_MODEL, model)
-            span.set_attribute(PROVIDER, provider)
-        span.set_attributes(response_attributes(model, event.stop_reason, len(event.tool_calls),
-                                                event.usage.input_tokens, event.usage.output_tokens))
-        span.end()
-
-    def _start_tool(self, event: BeforeTool) -> None:
-        call = event.call
-        old = self._tools.pop(call.id, None)
-        if old is not None:
-            old.end()
-        self._tools[call.id] = self._child(tool_span_name(call.name), SpanKind.INTERNAL,
-                                           tool_attributes(call.name, call.id, event.step))
-        self._tools[call.id].set_attribute("hx.tool.approved", event.approved)
-
-    def _end_tool(self, event: AfterTool) -> None:
-        span = self._tools.pop(event.call.id, None)
-        if span is None:
-            return
-        if event.result.is_error:
-            span.set_attribute(ERROR_TYPE, "tool_error")
-            span.set_status(Status(StatusCode.ERROR, event.result.output[:200]))
-        span.end()
-
-    def _end_agent(self, event: TaskEnd) -> None:
-        unfinished = [*self._tools.values(), *([self._chat] if self._chat is not None else [])]
-        for span in unfinished:
-            span.set_status(Status(StatusCode.ERROR, f"attempt ended ({event.status}) before the span completed"))
-            span.end()
-        self._tools.clear()
-        self._chat = None
-        agent, self._agent = self._agent, None
-        if agent is None:
-            return
-        agent.set_attributes(verdict_attributes(event.passed, event.score, event.steps, event.status))
-        if event.status in ("interrupted", "infra_failure"):
-            agent.set_status(Status(StatusCode.ERROR, event.status))
-        agent.end()
+        Ids are the provider's: the children hang under the attempt's span, opened at task_start.
+        """
+        for data in spans:
+            root = self._root
+            if not data.parent_id and root is not None:
+                span, self._root = root, None
+                span.set_attributes(data.attributes)
+            else:
+                context = trace.set_span_in_context(root) if root is not None else None
+                span = self._tracer.start_span(data.name, context=context, attributes=data.attributes,
+                                               kind=SpanKind.CLIENT if data.kind == "client" else SpanKind.INTERNAL,
+                                               start_time=data.start_ns)
+            if data.error:
+                span.set_status(Status(StatusCode.ERROR, data.error))
+            elif data.ok:
+                span.set_status(Status(StatusCode.OK))
+            span.end(end_time=data.end_ns)

@@ -102,7 +102,8 @@ class RunLoop:
             try:
                 state = _Attempt(self.harness, router, tracer, task, run_id, round, attempt, seed, max_steps,
                                  timeout_s)
-                with attempt_services(AttemptServices(router, state.call_context, tracer.emit, self.harness.slots)):
+                with attempt_services(AttemptServices(router, state.call_context, tracer.emit, self.harness.slots,
+                                                      state.started)):
                     return await state.run()
             finally:
                 await router.aclose()
@@ -128,6 +129,9 @@ class _Attempt:
         self.answered = False
         """True once the model stopped calling tools (so a last-step answer is not a spent budget)."""
         self.final_answer = ""
+        self.started = AttemptStarted(run_id=run_id, round=round, task_id=task.spec.id, attempt=attempt,
+                                      harness_digest=harness.digest, seed=seed,
+                                      model=router.public(router.models.chain("main")[0]))
 
     def call_context(self) -> CallContext:
         """Where in the run the attempt is now (for model calls processors make)."""
@@ -140,9 +144,7 @@ class _Attempt:
     async def run(self) -> AttemptResult:
         """Drive the attempt from task_start to task_end."""
         ctx = self.ctx
-        self.tracer.emit(AttemptStarted(run_id=ctx.run_id, round=ctx.round, task_id=ctx.task_id,
-                                        attempt=ctx.attempt, harness_digest=self.harness.digest,
-                                        model=self.router.public(self.router.models.chain("main")[0]), seed=ctx.seed))
+        self.tracer.emit(self.started)
         status: AttemptStatus = "completed"
         reason = ""
         score = VerifierScore(verifier="none", passed=False)

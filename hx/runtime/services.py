@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgspec
 
@@ -20,6 +21,7 @@ from hx.harness.config import Slots
 from hx.runtime.providers.base import CallContext, Completion
 from hx.runtime.router import ModelRouter
 from schemas.event import Event
+from schemas.lifecycle import AttemptStarted
 from schemas.messages import Message, ToolSchema
 
 
@@ -27,11 +29,17 @@ class AttemptServices:
     """Model calls for any configured role, and the slots, of the running attempt."""
 
     def __init__(self, router: ModelRouter, context: Callable[[], CallContext], emit: Callable[[Event], None],
-                 slots: Slots) -> None:
+                 slots: Slots, started: AttemptStarted | None = None) -> None:
         self._router = router
         self._context = context
         self._emit = emit
         self.slots = slots
+        self.started = started
+        """The attempt's ``attempt.started``: run, round, task, attempt, harness digest, main model (as shown)."""
+
+    def request(self, role: str = "main") -> tuple[str, dict[str, Any]]:
+        """The model spec (as shown) a role's first call goes to, and the role's sampling parameters."""
+        return self._router.public(self._router.models.chain(role)[0]), dict(self._router.models.params_for(role))
 
     async def complete(self, role: str, messages: tuple[Message, ...],
                        tools: tuple[ToolSchema, ...] = ()) -> Completion:
