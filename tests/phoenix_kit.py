@@ -125,7 +125,7 @@ class Phoenix:
     def stored(self, project: str) -> Stored:
         """The project's spans and sessions and every project's name, through Phoenix's client."""
         done = subprocess.run([self.python, "-c", QUERY, self.url, project], capture_output=True, text=True,
-                              timeout=120, check=False)
+                              env=_own_env(), timeout=120, check=False)
         assert done.returncode == 0, f"phoenix.client query failed:\n{done.stderr[-3000:]}"
         raw = json.loads(done.stdout)
         spans = [StoredSpan(name=s["name"], span_kind=s["span_kind"], trace_id=s["trace_id"], span_id=s["span_id"],
@@ -148,6 +148,11 @@ class Phoenix:
                 return stored
 
 
+def _own_env() -> dict[str, str]:
+    """The caller's environment without its Phoenix and OpenTelemetry settings (an API key, another endpoint)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "OTEL_"))}
+
+
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/readyz", timeout=5) as reply:
@@ -166,7 +171,7 @@ def phoenix_server(workdir: Path, python: str | None = None) -> Iterator[Phoenix
     python = python or phoenix_python()
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "OTEL_"))}
+    env = _own_env()
     env.update(QUIET, PHOENIX_WORKING_DIR=str(workdir), PHOENIX_HOST="127.0.0.1", PHOENIX_PORT=str(port),
                PHOENIX_GRPC_PORT=str(free_port()))
     log = workdir / "phoenix.log"
