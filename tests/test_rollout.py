@@ -22,7 +22,7 @@ from hx.replay.trace_rounds import outcomes, trace_marks
 from hx.runtime.loop import AttemptResult
 from hx.runtime.tracer import NullWriter
 from projections.task_history import pass_at_k
-from schemas.envelope import DEFLATE, HX_ENCODING, Record, deflate, encode_body, inflate
+from schemas.envelope import DEFLATE, HX_ENCODING, Record, deflate, encoded, inflate
 from schemas.hooks import HookRecord
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
@@ -274,7 +274,7 @@ async def test_attempt_frames_go_deflated_and_in_order(nats_url: str) -> None:
 
 async def test_a_frame_with_a_bad_encoding_is_quarantined(nats_url: str) -> None:
     async with connect(NatsSettings(url=nats_url)) as conn:
-        good = [(RunFinished.TYPE, RunFinished.VERSION, encode_body(RunFinished(run_id="q")))]
+        good = [encoded(RunFinished(run_id="q"))]
         await (await conn.log.send_frame("hx.trace.q._._._", good * 2000, key="q#0+2000")).result()
         headers = {"Hx-Type": "hx.frame", "Hx-Schema-Version": "1", "Hx-Count": "1", HX_ENCODING: "deflate"}
         await conn.js.publish("hx.trace.q._._._", b"not deflated", headers=headers)

@@ -48,17 +48,25 @@ def test_an_attempt_reads_as_its_log_says(traced: str) -> None:
     assert lines.pop(1) == "trace round 0: main rollouts"  # what the trace round was, from its round.started
     assert "model openai:m@http://127.0.0.1" in lines[1] and f"{len(log)} events" in lines[1]  # its subject only
     [finished] = [r.event for r in log if isinstance(r.event, AttemptFinished)]
-    steps = [line for line in lines if line.startswith("step ")]
+    steps = [line.split("  (at ")[0] for line in lines if line.startswith("step ")]
     assert steps == [f"step {n}" for n in range(1, finished.steps + 1)]
-    assert out.count("  model       act({\"action\": \"look\"})  [stand-in, tool_calls, 10 in / 5 out tokens]") == \
-        len([r for r in log if isinstance(r.event, ModelResponse)]) == finished.steps
+    # each step says when it began in the attempt, in order
+    offsets = [line.split("  (at ")[1] for line in lines if line.startswith("step ")]
+    assert len(offsets) == finished.steps and all(o.endswith(" ms)") or o.endswith(" s)") for o in offsets)
+    # each model call with how long it took, as the log says
+    took = [f"{r.took_ns / 1e6:.0f} ms" if r.took_ns >= 1e6 else f"{r.took_ns / 1e6:.1f} ms"
+            for r in log if isinstance(r.event, ModelResponse)]
+    assert [line for line in lines if line.startswith("  model ")] == [
+        f"  model       act({{\"action\": \"look\"}})  [stand-in, tool_calls, 10 in / 5 out tokens, {t}]"
+        for t in took]
+    assert len(took) == finished.steps
     outputs = [r.event.result.output for r in log if isinstance(r.event, ToolReturned)]
-    assert [line.split(" -> ", 1)[1] for line in lines if line.startswith("  tool ")] == outputs
+    assert [line.split(" -> ", 1)[1].rsplit("  (", 1)[0] for line in lines if line.startswith("  tool ")] == outputs
     assert "  observation user: You are in room 0 of" in out  # the first observation, from the resolved conversation
     triggers = [r.event for r in log if isinstance(r.event, ProcessorTriggered)]
     shown = [line for line in lines if line.startswith("  processor ")]
     assert len(shown) == len(triggers) and any(t.processor == "loop_detector" for t in triggers)
-    step4 = out.split("step 4\n", 1)[1].split("\n\n", 1)[0]
+    step4 = out.split("step 4  (at ", 1)[1].split("\n", 1)[1].split("\n\n", 1)[0]
     assert "loop_detector changed messages at before_model" in step4
     assert "observation user: You are repeating yourself" in step4  # what the processor added, as the model saw it
     assert lines[-1] == f"  outcome     {'passed' if finished.passed else 'failed'} after {finished.steps} steps, " \
@@ -125,7 +133,7 @@ def test_each_step_reads_in_causal_order_without_repeating_the_tool_result(nats_
     returned = {e.step: e.result.output for r in log if isinstance(e := r.event, ToolReturned)}
     assert len(said) >= 2 and said.keys() == returned.keys()
     out = ok(hx("--nats-url", nats_url, "trace", "narrated", TASK, "--full")).stdout
-    blocks = {int(b.split("\n", 1)[0]): b.split("\n\n")[0].split("\n")[1:] for b in out.split("\nstep ")[1:]}
+    blocks = {int(b.split("\n", 1)[0].split()[0]): b.split("\n\n")[0].split("\n")[1:] for b in out.split("\nstep ")[1:]}
     assert blocks.keys() == said.keys()
     for number, lines in blocks.items():
         labels = [line[2:14].strip() for line in lines if line.startswith("  ")]

@@ -22,7 +22,7 @@ import asyncio
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -42,6 +42,14 @@ from streams.signing import LedgerKey, fingerprint
 from streams.topology import LEDGER
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+E = TypeVar("E", bound=LedgerEvent)
+
+
+def timed(event: E) -> E:
+    """``event`` with the time it is recorded (``at_ns``, now) unless it has one: signed with the rest of its body."""
+    return event if event.at_ns else msgspec.structs.replace(event, at_ns=time.time_ns())
 
 
 def signed(event: LedgerEvent, key: LedgerKey | None) -> LedgerEvent:
@@ -82,9 +90,7 @@ class EvolutionLedger(Aggregate):
 
     def record(self, event: LedgerEvent, key: LedgerKey | None = None) -> LedgerEvent:
         """Append ``event`` chained to the head (and signed with ``key``); return it as recorded."""
-        if not event.at_ns:
-            event = msgspec.structs.replace(event, at_ns=time.time_ns())
-        link = signed(chained(event, self.head), key)
+        link = signed(chained(timed(event), self.head), key)
         self.trigger_event(self.Recorded, record=link)
         return link
 
@@ -192,7 +198,7 @@ class Ledger:
 
     async def start(self, opened: LedgerOpened) -> EvolutionLedger:
         """Open the run's ledger (masked, its key recorded, signed); ``LedgerConflict`` if it already has one."""
-        opened = scrub_event(opened)  # masked before it is signed and chained: the digest covers what is stored
+        opened = timed(scrub_event(opened))  # masked before it is signed and chained: the digest covers what is stored
         if self.key is not None:
             opened = cast(LedgerOpened, signed(msgspec.structs.replace(opened, public_key=self.key.public_key,
                                                                        prev=""), self.key))
