@@ -296,3 +296,26 @@ def test_a_follower_exports_each_attempt_as_it_finishes(nats_url: str, tmp_path:
     cp = checkpoint(nats_url, OtelSpans())
     last_finish = max(r.seq for r in records(nats_url, types=[AttemptFinished.TYPE]))
     assert cp is not None and cp.seq >= last_finish  # checkpointed on the way out, past every exported span
+
+
+def test_an_attempt_still_running_is_exported_when_it_finishes(nats_url: str, tmp_path: Path) -> None:
+    toy_run(nats_url, tmp_path, "in-flight", tasks=1, attempts=1, max_steps=3)
+    subject = "hx.trace.in-flight.0.toy:walk:dev:0.9"
+
+    async def append(event: AttemptStarted | AttemptFinished) -> None:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            await conn.log.append(subject, event)
+
+    common = {"run_id": "in-flight", "round": 0, "task_id": "toy:walk:dev:0", "attempt": 9}
+    asyncio.run(append(AttemptStarted(**common)))
+    with otlp_receiver() as (url, got):
+        out = ok(hx("--nats-url", nats_url, "projections", "run", "otel", "--once", "--otlp-endpoint", url)).stdout
+        assert "1 attempts still running: exported when they finish" in out
+        roots = [s for s in got.spans if not s.parent_span_id]
+        assert {values(s)["hx.attempt"] for s in roots} == {0}  # the finished one only
+        asyncio.run(append(AttemptFinished(**common, passed=True, score=1.0, steps=0, status="completed")))
+        out = ok(hx("--nats-url", nats_url, "projections", "run", "otel", "--once", "--otlp-endpoint", url)).stdout
+        assert "still running" not in out
+        roots = [s for s in got.spans if not s.parent_span_id]
+        assert [values(s)["hx.attempt"] for s in roots] == [0, 9]  # once each
+        assert values(roots[1])["session.id"] == "in-flight"
