@@ -306,14 +306,14 @@ def test_an_attempt_still_running_is_exported_when_it_finishes(nats_url: str, tm
         async with connect(NatsSettings(url=nats_url)) as conn:
             await conn.log.append(subject, event)
 
-    common = {"run_id": "in-flight", "round": 0, "task_id": "toy:walk:dev:0", "attempt": 9}
-    asyncio.run(append(AttemptStarted(**common)))
+    asyncio.run(append(AttemptStarted(run_id="in-flight", round=0, task_id="toy:walk:dev:0", attempt=9)))
     with otlp_receiver() as (url, got):
         out = ok(hx("--nats-url", nats_url, "projections", "run", "otel", "--once", "--otlp-endpoint", url)).stdout
         assert "1 attempts still running: exported when they finish" in out
         roots = [s for s in got.spans if not s.parent_span_id]
         assert {values(s)["hx.attempt"] for s in roots} == {0}  # the finished one only
-        asyncio.run(append(AttemptFinished(**common, passed=True, score=1.0, steps=0, status="completed")))
+        asyncio.run(append(AttemptFinished(run_id="in-flight", round=0, task_id="toy:walk:dev:0", attempt=9,
+                                           passed=True, score=1.0, steps=0, status="completed")))
         out = ok(hx("--nats-url", nats_url, "projections", "run", "otel", "--once", "--otlp-endpoint", url)).stdout
         assert "still running" not in out
         roots = [s for s in got.spans if not s.parent_span_id]
