@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from hx_cli import error_line, hx, ok
-from nats.js.errors import NoKeysError, NotFoundError
+from nats.js.errors import KeyDeletedError, NotFoundError
 from subscribe_kit import output_of, records, toy_run
 
 from schemas.lifecycle import AttemptFinished
@@ -123,11 +123,16 @@ def stored(nats_url: str) -> tuple[dict[str, bytes], dict[str, str]]:
     async def read() -> tuple[dict[str, bytes], dict[str, str]]:
         async with connect(NatsSettings(url=nats_url)) as conn:
             kv = await conn.js.key_value(POSITIONS_BUCKET)
-            try:
-                keys = await kv.keys()
-            except NoKeysError:
-                keys = []
-            entries = {k: (await kv.get(k)).value or b"" for k in keys}
+            # The keys from the bucket stream's subject index (one request), not kv.keys(): its watcher gives up
+            # after 5 s without a message, and then reports no keys at all (seen on a loaded machine).
+            prefix = f"$KV.{POSITIONS_BUCKET}."
+            info = await conn.js.stream_info(f"KV_{POSITIONS_BUCKET}", subjects_filter=prefix + ">")
+            entries = {}
+            for subject in info.state.subjects or {}:
+                try:
+                    entries[subject.removeprefix(prefix)] = (await kv.get(subject.removeprefix(prefix))).value or b""
+                except KeyDeletedError:
+                    continue
             store = await conn.js.object_store(BLOB_STORE)
             try:
                 infos = await store.list()
