@@ -105,6 +105,8 @@ def test_each_main_rollout_and_heldout_evaluation_is_an_inspect_log_with_hx_figu
             assert s.input and isinstance(s.input, str) and s.input in s.messages[1].text
             assert s.metadata["status"] in ("completed", "budget_exhausted")
             assert s.metadata["harness_digest"].startswith("sha256:")
+            # the attempt's own start and end times on the log: a duration, not two events of one frame
+            assert s.total_time is not None and s.total_time > 0
     header = read_eval_log(list_eval_logs(str(out))[0].name, header_only=True)
     assert header.samples is None and header.results is not None and header.results.total_samples > 0
 
