@@ -41,7 +41,7 @@ OPEN_FILES = 64
 
 @click.command("export")
 @click.argument("run_id", metavar="RUN", callback=run_id_option)
-@click.argument("directory", metavar="DIR", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", metavar="[DIR]", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--trajectories", is_flag=True,
               help="Also write each round's main-rollout attempts from the trace, conversations resolved "
                    "(R<n>/trajectories/TASK.ATTEMPT.jsonl).")
