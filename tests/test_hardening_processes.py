@@ -175,10 +175,14 @@ async def kill_while_busy(data_dir: Path) -> None:
     async with connect(NatsSettings(data_dir=data_dir)) as conn:
         asked = 0
         busy = asyncio.Event()
+        stopping = False
+        # The loops also stop on a flag: on Python 3.11, asyncio.wait_for (inside nats-py's request) loses a
+        # cancellation that arrives as its future completes, and a loop that then suppresses the error it got
+        # instead would ask forever (the finally's gather below never returned, now and then).
 
         async def ask() -> None:  # what attempts do: ask the server something, again and again
             nonlocal asked
-            while True:
+            while not stopping:
                 with contextlib.suppress(LogError, nats.errors.Error, TimeoutError):
                     await conn.log.last_subject_seq("hx.ledger.x", LEDGER.name)
                 asked += 1
@@ -187,7 +191,7 @@ async def kill_while_busy(data_dir: Path) -> None:
                 await asyncio.sleep(0)  # a turn for the others, not a wait
 
         async def send() -> None:  # and the first half of a request, once a turn: buffered while reconnecting
-            while True:
+            while not stopping:
                 with contextlib.suppress(nats.errors.Error):
                     await conn.nc.publish("hx.nothing", b"a request")
                 await asyncio.sleep(0)
@@ -199,6 +203,7 @@ async def kill_while_busy(data_dir: Path) -> None:
             os.kill(record.pid, signal.SIGKILL)
             await asyncio.Event().wait()  # until the connection's watch ends this with ServerGone
         finally:
+            stopping = True
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
