@@ -176,7 +176,7 @@ async def read_attempts(log: EventLog, run_id: str, rounds: Sequence[int]) -> di
 
 
 def _time(ns: int) -> str:
-    """The log's nanoseconds as an ISO 8601 UTC time, to the microsecond (integer arithmetic: no float rounding)."""
+    """The log's nanoseconds as an ISO 8601 UTC time, to the microsecond (integers throughout: no float rounding)."""
     seconds, rest = divmod(ns, 1_000_000_000)
     return datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000).isoformat()
 
