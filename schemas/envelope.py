@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -225,8 +225,10 @@ def inflate(encoding: str, body: bytes) -> bytes:
         raise DecodeError(f"corrupt {DEFLATE} body: {exc}") from None
 
 
-def _frame_records(subject: str, seq: int, time_ns: int, mono_ns: int, body: bytes) -> list[Record]:
-    """``decode_frame`` straight into records, in one pass (the hot loop of every rebuild)."""
+def _frame_records(subject: str, seq: int, time_ns: int, mono_ns: int, body: bytes,
+                   types: Container[str] = ()) -> list[Record]:
+    """``decode_frame`` straight into records, in one pass (the hot loop of every rebuild); with ``types``, only
+    the events of those types (the others' bodies are never decoded)."""
     try:
         items = _frame_decoder.decode(body)
     except msgspec.DecodeError as exc:
@@ -236,6 +238,8 @@ def _frame_records(subject: str, seq: int, time_ns: int, mono_ns: int, body: byt
     readers = _readers
     for i, it in enumerate(items):
         t, v = it.type, it.version
+        if types and t not in types:
+            continue
         known = readers.get(t)
         if known is not None and v == known[1].VERSION:
             try:
@@ -318,10 +322,12 @@ class OpenedMessage:
                       self._mono_ns - it.mono_ago_us * 1000, it.took_us * 1000, self._time_ns)
 
 
-def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes) -> list[Record]:
+def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, body: bytes,
+                   types: Container[str] = ()) -> list[Record]:
     """Decode a message from the log into records, or raise ``DecodeError`` naming subject and sequence.
 
-    A body with an ``Hx-Encoding`` header is inflated first.
+    A body with an ``Hx-Encoding`` header is inflated first. With ``types``, only the events of those
+    types become records: the bodies of the others are never decoded (nor checked).
     """
     hdrs = headers or {}
     type_name = hdrs.get(HX_TYPE)
@@ -332,11 +338,13 @@ def decode_message(subject: str, seq: int, headers: Mapping[str, str] | None, bo
             time_ns = int(hdrs.get(HX_TIME, "0"))
         except ValueError:
             raise DecodeError(f"bad {HX_TIME} header {hdrs.get(HX_TIME)!r}") from None
+        if types and type_name != FRAME_TYPE and type_name not in types:
+            return []
         encoding = hdrs.get(HX_ENCODING)
         if encoding is not None:
             body = inflate(encoding, body)
         if type_name == FRAME_TYPE:
-            return _frame_records(subject, seq, time_ns, _header_int(hdrs, HX_MONO), body)
+            return _frame_records(subject, seq, time_ns, _header_int(hdrs, HX_MONO), body, types)
         version = hdrs.get(HX_SCHEMA_VERSION)
         event = decode_body(type_name, version, body)
         # The version as stored (an older one the class READS included), as a frame's items report it.

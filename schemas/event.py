@@ -30,6 +30,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     """The kind of timed call (``model``, ``tool``) this event starts; its stamp is the call's start."""
     ENDS: ClassVar[str] = ""
     """The kind of timed call this event ends; its stamp's ``took_ns`` is the call's duration."""
+    CHANNEL: ClassVar[str] = ""
+    """For an attempt's few summary events: the subject token, after the attempt's own subject, that the
+    event goes on in a message of its own (``started``, ``score``, ``finished``), so that a reader of only
+    such types has the server filter out the attempt's bulk (``streams.channels``). Empty: the event
+    goes in the attempt's frames with the rest."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -101,6 +101,7 @@ class AttemptStarted(Event, frozen=True, kw_only=True):
 
     TYPE = "attempt.started"
     LEVEL = "attempt"
+    CHANNEL = "started"
 
     run_id: str
     round: int
@@ -116,6 +117,7 @@ class AttemptFinished(Event, frozen=True, kw_only=True):
 
     TYPE = "attempt.finished"
     LEVEL = "attempt"
+    CHANNEL = "finished"
 
     run_id: str
     round: int

@@ -49,6 +49,7 @@ class VerifierScore(Event, frozen=True, kw_only=True):
     """The task verifier's judgement of an attempt."""
 
     TYPE = "verifier.score"
+    CHANNEL = "score"
 
     verifier: str
     passed: bool

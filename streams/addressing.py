@@ -6,7 +6,8 @@ under the wrong task. A reader therefore quarantines, with the reason:
 
 - a message on a subject that is not a trace address (``hx.trace.x``);
 - an event whose ``LEVEL`` (run, round or attempt) is not its subject's level;
-- an event whose identity fields disagree with its subject.
+- an event whose identity fields disagree with its subject;
+- an event on an attempt's channel (``streams.channels``) that is not that channel's type.
 
 The check costs a cached subject parse per message and a dictionary lookup per event.
 
@@ -61,6 +62,8 @@ def mismatch(subject: str, event: Event) -> str | None:
         fields = _identity[cls] = tuple((f, a) for f, a in _FIELDS if f in cls.__struct_fields__)
     if cls.LEVEL and _level(parsed) != cls.LEVEL:
         return f"{cls.TYPE} belongs on {_WHOSE[cls.LEVEL]} subject, not on {subject!r}"
+    if parsed.channel is not None and parsed.channel != cls.CHANNEL:
+        return f"{cls.TYPE} does not belong on channel {parsed.channel!r} ({subject!r})"
     for name, part in fields:
         said, where = getattr(event, name), getattr(parsed, part)
         if said != where:

@@ -74,11 +74,11 @@ async def _messages(nc: NATS, stream: str, start: int, subject: str | None, stop
 
 
 async def _records(nc: NATS, stream: str, start: int, subject: str | None, stop: int, timeout: float,
-                   quarantine: Quarantine) -> AsyncIterator[Record]:
+                   quarantine: Quarantine, wanted: frozenset[str]) -> AsyncIterator[Record]:
     async for msg in _messages(nc, stream, start, subject, stop, timeout):
         headers = msg.headers or {}
         for record in decode(stream, headers["Nats-Subject"], int(headers["Nats-Sequence"]), headers, msg.data,
-                             quarantine):
+                             quarantine, wanted):
             yield record
 
 
@@ -87,7 +87,7 @@ async def read(nc: NATS, stream: str, start: int, subjects: Sequence[str], types
     """The records of ``stream`` from ``start`` to ``stop`` on any of ``subjects`` (all: none given), in order."""
     wanted = frozenset(types)
     filters: Sequence[str | None] = subjects or [None]
-    sources = [_records(nc, stream, start, s, stop, timeout, quarantine) for s in filters]
+    sources = [_records(nc, stream, start, s, stop, timeout, quarantine, wanted) for s in filters]
     heap: list[tuple[int, int, int, Record]] = []
     for i, source in enumerate(sources):
         first = await anext(source, None)
@@ -96,7 +96,7 @@ async def read(nc: NATS, stream: str, start: int, subjects: Sequence[str], types
     last: tuple[int, int] | None = None
     while heap:  # several filters: their messages merged in stream order, each once
         seq, index, i, record = heapq.heappop(heap)
-        if (seq, index) != last and (not wanted or record.type in wanted):
+        if (seq, index) != last:
             yield record
         last = (seq, index)
         following = await anext(sources[i], None)

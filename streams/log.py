@@ -33,8 +33,10 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 from schemas.envelope import MSG_ID, EncodedEvent, Record, Stamp
 from schemas.event import Event
 from streams import direct, reading
+from streams.channels import misplaced, routed, segments
 from streams.errors import AppendTimeout, ConcurrencyConflict, LogError, UnacknowledgedAppends
 from streams.integrity import Heads
+from streams.layout import channels_from
 from streams.outgoing import Entry, Outgoing, encoded_frame_message, entry_message, frame_message, pack_frames
 from streams.permissions import Refusals
 from streams.quarantine import Quarantine
@@ -132,13 +134,15 @@ class EventLog:
         """Permission violations the server reported: an append it refused fails at once on it, not retried."""
         self.direct = False
         """Read with batched direct gets, creating no consumer (the auditor's connection: ``streams.direct``)."""
+        self._layouts: dict[str, int] = {}
+        """Each stream's first sequence with summary events on channels, once read (``streams.layout``)."""
 
     # --- appends ---------------------------------------------------------------------
 
     async def append(self, subject: str, event: Event, *, key: str | None = None,
                      expected_last_seq: int | None = None) -> Appended:
         """Append one event and wait for its ack; with ``expected_last_seq``, only if the subject is there."""
-        out = entry_message(Entry(subject, event, key), Stamp.now())
+        out = entry_message(Entry(routed(subject, event), event, key), Stamp.now())
         if expected_last_seq is not None:
             out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         return await self._publish_one(out, expected_last_seq)
@@ -148,6 +152,8 @@ class EventLog:
         """Append several events as one message: stored together or not at all."""
         if not events:
             raise ValueError("a frame needs at least one event")
+        if (why := misplaced(subject, [type(e).TYPE for e in events])) is not None:
+            raise LogError(why)
         out = frame_message(subject, events, key, Stamp.now())
         if expected_last_seq is not None:
             out.headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
@@ -165,6 +171,8 @@ class EventLog:
         """
         if not items:
             raise ValueError("a frame needs at least one event")
+        if (why := misplaced(subject, [t for t, _, _, _ in items])) is not None:
+            raise LogError(why)
         out = encoded_frame_message(subject, items, key, Stamp.now())
         if len(out.body) > self.nc.max_payload:
             raise out.too_large(self.nc.max_payload)
@@ -235,6 +243,8 @@ class EventLog:
         Raises ``UnacknowledgedAppends`` (carrying the keys) if some never got an ack.
         """
         now = Stamp.now()
+        entries = [e if (to := routed(e.subject, e.event)) == e.subject else Entry(to, e.event, e.key, e.stamp)
+                   for e in entries]
         if frame_size <= 1:
             known = known_bytes()  # once per batch, not per event
             outgoing = [entry_message(e, now, known) for e in entries]
@@ -311,20 +321,63 @@ class EventLog:
         """The sequence of the newest message on ``subject`` (0 when none), for conditional appends."""
         return await reading.last_subject_seq(self.js, subject, stream)
 
+    async def _segments(self, stream: str, start: int, stop: int | None, subjects: Sequence[str],
+                        types: Iterable[str], *, clamp: bool = True) -> tuple[int, list[tuple[int, int, list[str]]]]:
+        """The stream's last sequence, and the ranges of a read with the server filters of each.
+
+        On ``HX_TRACE`` an attempt's summary events are on channels (``streams.channels``): a read
+        of only such types is narrowed from the stream's layout marker on, every other read gains
+        the channels of the attempts it names.
+        """
+        info = await self.js.stream_info(stream)
+        last = int(info.state.last_seq or 0)
+        stop = last if stop is None else min(stop, last) if clamp else stop
+        if stream != TRACE.name:
+            return last, [(start, stop, list(subjects))]
+        first = self._layouts.get(stream)
+        if first is None:
+            first = await channels_from(self.js, info)
+            if first is not None:
+                self._layouts[stream] = first  # a marker never moves while its stream exists
+        return last, segments(start, stop, subjects, list(types), first)
+
     async def read(self, stream: str = TRACE.name, *, start: int = 1, stop: int | None = None,
                    subjects: Sequence[str] = (), types: Iterable[str] = (),
                    batch: int = 1000) -> AsyncGenerator[Record, None]:
-        """Yield the records of ``stream`` from sequence ``start`` up to ``stop`` (default: the end now)."""
-        last = await self.last_seq(stream)
-        stop = last if stop is None else min(stop, last)
-        if start > stop:
-            return
-        records = direct.read(self.nc, stream, start, subjects, types, stop=stop, timeout=self.ack_timeout,
-                              quarantine=self.quarantine) if self.direct else reading.consume(
-            self.js, stream, start, subjects, types, batch, stop=stop, timeout=self.ack_timeout,
-            quarantine=self.quarantine)
-        async for record in records:
-            yield record
+        """Yield the records of ``stream`` from sequence ``start`` up to ``stop`` (default: the end now).
+
+        ``subjects`` filter on the server; with ``types`` only events of those types are decoded and
+        yielded, and a trace read of only summary and run- or round-level types is served from their
+        own subjects, without the attempts' frames.
+        """
+        async for chunk in self.read_chunks(stream, start=start, stop=stop, subjects=subjects, types=types,
+                                            batch=batch):
+            for record in chunk:
+                yield record
+
+    async def read_chunks(self, stream: str = TRACE.name, *, start: int = 1, stop: int | None = None,
+                          subjects: Sequence[str] = (), types: Iterable[str] = (),
+                          batch: int = 1000) -> AsyncGenerator[list[Record], None]:
+        """``read``, a list of records at a time (what one fetch brought): for folds that loop tightly."""
+        types = tuple(types)
+        _, parts = await self._segments(stream, start, stop, subjects, types)
+        for lo, hi, filters in parts:
+            if lo > hi:
+                continue
+            if self.direct:
+                chunk: list[Record] = []
+                async for record in direct.read(self.nc, stream, lo, filters, types, stop=hi,
+                                                timeout=self.ack_timeout, quarantine=self.quarantine):
+                    chunk.append(record)
+                    if len(chunk) >= batch:
+                        yield chunk
+                        chunk = []
+                if chunk:
+                    yield chunk
+                continue
+            async for chunk in reading.consume_chunks(self.js, stream, lo, filters, types, batch, stop=hi,
+                                                      timeout=self.ack_timeout, quarantine=self.quarantine):
+                yield chunk
 
     async def subscribe(self, stream: str = TRACE.name, *, start: int = 1, subjects: Sequence[str] = (),
                         types: Iterable[str] = (), batch: int = 1000,
@@ -333,10 +386,21 @@ class EventLog:
 
         ``until`` is checked between fetches (at least once a second), so a follower can be
         stopped without cancelling a fetch in flight. A log that reads ``direct`` cannot follow.
+        Filtered as ``read`` is: what lies before the layout marker is read first, in full.
         """
         if self.direct:
             raise LogError("the auditor's connection reads with direct gets and cannot follow a stream")
-        async for record in reading.consume(self.js, stream, start, subjects, types, batch, stop=None,
+        types = tuple(types)
+        last = await self.last_seq(stream)
+        # Up to the end now, or at least ``start``: the last range is followed on past its end.
+        _, parts = await self._segments(stream, start, max(start, last), subjects, types, clamp=False)
+        *before, (lo, _, filters) = parts
+        for b_lo, b_hi, b_filters in before:
+            async for chunk in reading.consume_chunks(self.js, stream, b_lo, b_filters, types, batch, stop=b_hi,
+                                                      timeout=self.ack_timeout, quarantine=self.quarantine):
+                for record in chunk:
+                    yield record
+        async for record in reading.consume(self.js, stream, lo, filters, types, batch, stop=None,
                                             timeout=self.ack_timeout, quarantine=self.quarantine, until=until):
             yield record
 

@@ -56,8 +56,18 @@ async def consume(js: JetStreamContext, stream: str, start: int, subjects: Seque
 
     With ``stop`` a fetch waits ``timeout`` seconds; without, one second, so that ``until`` is
     checked between fetches at least once a second. ``subjects`` filter on the server,
-    ``types`` here; ``batch`` caps the messages of one fetch.
+    ``types`` here (events of other types are not decoded); ``batch`` caps the messages of one fetch.
     """
+    async for chunk in consume_chunks(js, stream, start, subjects, types, batch, stop=stop, timeout=timeout,
+                                      quarantine=quarantine, until=until):
+        for record in chunk:
+            yield record
+
+
+async def consume_chunks(js: JetStreamContext, stream: str, start: int, subjects: Sequence[str],
+                         types: Iterable[str], batch: int, *, stop: int | None, timeout: float,
+                         quarantine: Quarantine, until: asyncio.Event | None = None) -> AsyncIterator[list[Record]]:
+    """``consume``, one list of records per fetch (a fold loops over a list, not one generator step per event)."""
     wanted = frozenset(types)
     config = ConsumerConfig(
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start),
@@ -87,16 +97,22 @@ async def consume(js: JetStreamContext, stream: str, start: int, subjects: Seque
             if msgs:
                 mean = sum(len(m.data) for m in msgs) // len(msgs) + 1
                 size = max(1, min(batch, FETCH_BYTES // mean))
+            chunk: list[Record] = []
+            done = False
             for msg in msgs:
                 meta = msg.metadata
                 seq = meta.sequence.stream
                 if stop is not None and seq > stop:
-                    return
-                for record in decode(stream, msg.subject, seq, msg.headers, msg.data, quarantine):
-                    if not wanted or record.type in wanted:
-                        yield record
+                    done = True
+                    break
+                chunk += decode(stream, msg.subject, seq, msg.headers, msg.data, quarantine, wanted)
                 if stop is not None and (seq >= stop or meta.num_pending == 0):
-                    return
+                    done = True
+                    break
+            if chunk:
+                yield chunk
+            if done:
+                return
     finally:
         try:
             await sub.unsubscribe()
@@ -107,21 +123,25 @@ async def consume(js: JetStreamContext, stream: str, start: int, subjects: Seque
 
 
 def decode(stream: str, subject: str, seq: int, headers: dict[str, str] | None, body: bytes,
-           quarantine: Quarantine) -> list[Record]:
-    """The records of one message; one that cannot be read, or an event off its subject, goes to ``quarantine``."""
+           quarantine: Quarantine, types: frozenset[str] = frozenset()) -> list[Record]:
+    """The records of one message; one that cannot be read, or an event off its subject, goes to ``quarantine``.
+
+    With ``types``, only events of those types: the bodies of the others are not decoded.
+    """
     if stream == TRACE.name and (problem := subject_problem(subject)) is not None:
         quarantine.add(Quarantined(stream, subject, seq, problem, (headers or {}).get("Hx-Type"), len(body)))
         return []
     try:
-        records = decode_message(subject, seq, headers, body)
+        records = decode_message(subject, seq, headers, body, types)
     except DecodeError as exc:
         quarantine.add(Quarantined(stream, subject, seq, exc.reason, (headers or {}).get("Hx-Type"), len(body)))
         return []
     if stream != TRACE.name:
         return records
     kept = records
+    on_channel = subject.count(".") == 6  # an attempt's channel: only its own type belongs there
     for record in records:
-        if type(record.event).LEVEL and (problem := mismatch(subject, record.event)) is not None:
+        if (on_channel or type(record.event).LEVEL) and (problem := mismatch(subject, record.event)) is not None:
             quarantine.add(Quarantined(stream, subject, seq, problem, record.type, len(body), record.index))
             kept = [r for r in kept if r is not record]
     return kept

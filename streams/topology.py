@@ -29,6 +29,7 @@ from nats.js.errors import NotFoundError
 
 from streams.errors import InvalidRunId, TopologyMismatch, TopologyMissing
 from streams.integrity import HEADS_BUCKET, Heads
+from streams.layout import mark_layout
 
 DUPLICATE_WINDOW_S = 120.0
 
@@ -218,9 +219,9 @@ async def apply_topology(js: JetStreamContext, heads: Heads | None = None) -> No
     """
     heads = heads or Heads(js)
     infos = await _checked_streams(js, heads)
-    for name, info in infos.items():
-        if info is None:
-            infos[name] = await js.add_stream(SPECS[name].config())
+    fresh = {name for name, info in infos.items() if info is None}
+    for name in fresh:
+        infos[name] = await js.add_stream(SPECS[name].config())
     try:
         await js.key_value(POSITIONS_BUCKET)
     except NotFoundError:
@@ -237,6 +238,9 @@ async def apply_topology(js: JetStreamContext, heads: Heads | None = None) -> No
     if wrong:
         raise TopologyMismatch(". ".join(wrong))
     await heads.record(info for info in infos.values() if info is not None)
+    trace = infos[TRACE.name]
+    if trace is not None:
+        await mark_layout(js, trace, fresh=TRACE.name in fresh)
 
 
 # --- subjects ---------------------------------------------------------------------------
@@ -290,27 +294,44 @@ def check_run_id(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class TraceAddress:
-    """The run, round, task and attempt a trace subject names (None where a placeholder)."""
+    """The run, round, task and attempt a trace subject names (None where a placeholder), and its channel.
+
+    An attempt's bulk events are on ``hx.trace.<run>.<round>.<task>.<attempt>``; its few summary
+    events (``Event.CHANNEL``) each on that subject plus one token, the channel
+    (``....<attempt>.finished``), so a reader of only those has the server filter out the bulk.
+    """
 
     run: str
     round: int | None = None
     task: str | None = None
     attempt: int | None = None
+    channel: str | None = None
+    """The summary channel (``started``, ``score``, ``finished``), or None for the attempt's bulk subject."""
 
     @property
     def subject(self) -> str:
         """The trace subject of this address."""
         def tok(v: str | int | None) -> str:
             return NO_TOKEN if v is None else subject_token(v)
-        return f"hx.trace.{subject_token(self.run)}.{tok(self.round)}.{tok(self.task)}.{tok(self.attempt)}"
+        base = f"hx.trace.{subject_token(self.run)}.{tok(self.round)}.{tok(self.task)}.{tok(self.attempt)}"
+        return base if self.channel is None else f"{base}.{self.channel}"
+
+    @property
+    def bulk(self) -> TraceAddress:
+        """The same address without its channel: the attempt's own subject."""
+        return self if self.channel is None else TraceAddress(self.run, self.round, self.task, self.attempt)
 
     @classmethod
     def parse(cls, subject: str) -> TraceAddress:
         """Parse a trace subject; raise ``ValueError`` naming it when it is not one."""
         parts = subject.split(".")
-        if len(parts) != 6 or parts[:2] != ["hx", "trace"]:
+        if len(parts) not in (6, 7) or parts[:2] != ["hx", "trace"]:
             raise ValueError(f"not a trace subject: {subject!r}")
-        run, rnd, task, att = parts[2:]
+        run, rnd, task, att = parts[2:6]
+        channel = parts[6] if len(parts) == 7 else None
+        if channel is not None and (not _CHANNEL.fullmatch(channel) or NO_TOKEN in (rnd, task, att)):
+            raise ValueError(f"not a trace subject: {subject!r} (a channel token, lowercase letters, follows an "
+                             "attempt's subject)")
 
         def num(t: str) -> int | None:
             if t == NO_TOKEN:
@@ -319,12 +340,16 @@ class TraceAddress:
                 return int(t)
             except ValueError:
                 raise ValueError(f"not a trace subject: {subject!r} (round and attempt are numbers)") from None
-        return cls(token_value(run), num(rnd), None if task == NO_TOKEN else token_value(task), num(att))
+        return cls(token_value(run), num(rnd), None if task == NO_TOKEN else token_value(task), num(att), channel)
 
 
-def trace_subject(run: str, round: int | None = None, task: str | None = None, attempt: int | None = None) -> str:
-    """The subject of a run-, round- or attempt-level trace event."""
-    return TraceAddress(run, round, task, attempt).subject
+_CHANNEL = re.compile(r"[a-z]+")
+
+
+def trace_subject(run: str, round: int | None = None, task: str | None = None, attempt: int | None = None,
+                  channel: str | None = None) -> str:
+    """The subject of a run-, round- or attempt-level trace event (an attempt's summary ``channel``, if given)."""
+    return TraceAddress(run, round, task, attempt, channel).subject
 
 
 def trace_filter(run: str | None = None, round: int | None = None, task: str | None = None,

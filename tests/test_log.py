@@ -23,7 +23,7 @@ from schemas import (
     Record,
     RunStarted,
     StepStart,
-    VerifierScore,
+    ProcessorTriggered,
     encode_body,
 )
 from schemas.errors import HxError
@@ -44,8 +44,10 @@ def started(i: int, task: str = "t") -> EnvObservation:
     return EnvObservation(step=i, observation=f"{task} at step {i}")
 
 
-def finished(i: int) -> VerifierScore:
-    return VerifierScore(verifier="t", passed=i % 2 == 0, score=i / 10)
+def finished(i: int) -> ProcessorTriggered:
+    """A second attempt-level type that goes in the attempt's frames (not one of its summary channels)."""
+    return ProcessorTriggered(processor="t", group="t", hook="step_end", step=i, action="changed",
+                              reason="passed" if i % 2 == 0 else "")
 
 
 @pytest.fixture
@@ -87,7 +89,7 @@ async def test_append_returns_increasing_sequences(conn: Connection) -> None:
     assert await log.last_subject_seq(S3) == 0
     records = await read_all(log)
     assert [(r.seq, r.index, r.subject, r.type, r.version) for r in records] == [
-        (1, 0, S1, "env.observation", 1), (2, 0, S2, "env.observation", 1), (3, 0, S1, "verifier.score", 1)]
+        (1, 0, S1, "env.observation", 1), (2, 0, S2, "env.observation", 1), (3, 0, S1, "processor.triggered", 1)]
     assert [r.event for r in records] == [started(0), started(1), finished(0)]
 
 
@@ -237,7 +239,7 @@ async def test_frames_filtered_by_type_and_read_from_the_middle(conn: Connection
     log = conn.log
     entries = [Entry(S1, started(i) if i % 2 else finished(i), key=f"e{i}") for i in range(10)]
     await log.append_batch(entries, frame_size=4)  # messages: 4 + 4 + 2
-    finished_only = await read_all(log, types=["verifier.score"])
+    finished_only = await read_all(log, types=["processor.triggered"])
     assert [r.event for r in finished_only] == [finished(i) for i in range(0, 10, 2)]
     assert [r.position for r in finished_only] == [(1, 0), (1, 2), (2, 0), (2, 2), (3, 0)]
     tail = await read_all(log, start=2)
@@ -356,9 +358,9 @@ async def test_read_type_filter(conn: Connection) -> None:
     only_started = await read_all(log, types=["env.observation"])
     assert [r.seq for r in only_started] == [2, 4, 6, 8, 10, 12]
     assert all(isinstance(r.event, EnvObservation) for r in only_started)
-    both = await read_all(log, types={"env.observation", "verifier.score"})
+    both = await read_all(log, types={"env.observation", "processor.triggered"})
     assert [r.event for r in both] == [e.event for e in entries]
-    combined = await read_all(log, types=["verifier.score"], subjects=[S1])
+    combined = await read_all(log, types=["processor.triggered"], subjects=[S1])
     assert [r.seq for r in combined] == [1, 7]
     assert await read_all(log, types=["hook"]) == []
 
@@ -488,11 +490,13 @@ async def test_garbage_is_quarantined_and_reading_continues(conn: Connection) ->
     assert "surprise" in by_seq[8].reason
     assert "malformed frame" in by_seq[9].reason and by_seq[9].type == FRAME_TYPE
 
-    # every read that meets them counts them again; filters skip them the same way
+    # every read that meets them counts them again; a read of some types decodes no other body, so it
+    # meets only what it cannot open at all: the message without headers and the malformed frame
     assert [r.event for r in await read_all(log, types=["env.observation"])] == valid
-    assert q.count == 12
+    assert q.count == 8
+    assert sorted(rec.seq for rec in list(q.records)[6:]) == [2, 9]
     assert [r.seq for r in await read_all(log, start=4, stop=6)] == [6]
-    assert q.count == 14
+    assert q.count == 10
 
 
 async def test_subscribe_quarantines_too(conn: Connection) -> None:

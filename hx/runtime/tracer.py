@@ -25,12 +25,14 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from functools import lru_cache
 
 from schemas.envelope import EncodedEvent, Stamp, encoded
 from schemas.event import Event
 from schemas.history import HistoryPacker
 from schemas.lifecycle import AttemptFinished
 from streams.log import EventLog, PendingAppend
+from streams.topology import TraceAddress
 
 MAX_FRAME_BYTES = 512 * 1024
 """Stay well under NATS's default 1 MiB payload limit."""
@@ -59,8 +61,29 @@ class TraceWriter(ABC):
         """Wait until every frame written so far is stored (raise if one cannot be)."""
 
 
+def _is_attempt(subject: str) -> bool:
+    try:
+        return TraceAddress.parse(subject).attempt is not None
+    except ValueError:
+        return False
+
+
+@lru_cache(maxsize=4096)
+def _lane(subject: str) -> str:
+    """The attempt subject a message's order is kept on: its own, or the one its channel extends."""
+    try:
+        return TraceAddress.parse(subject).bulk.subject
+    except ValueError:
+        return subject
+
+
 class LogWriter(TraceWriter):
-    """Frames onto the event log, pipelined: one frame per attempt subject in flight, in order."""
+    """Frames onto the event log, pipelined: one message per attempt in flight, in order.
+
+    An attempt's summary events go on its channels (``streams.channels``), in messages of their
+    own; the attempt's next message, on whichever subject, is sent once the previous one is
+    stored, so the stream's order is the attempt's order across its subjects.
+    """
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
@@ -72,11 +95,12 @@ class LogWriter(TraceWriter):
 
     async def write_encoded(self, subject: str, events: Sequence[Event], bodies: Sequence[EncodedEvent],
                             key: str) -> None:
-        """Send the pre-encoded frame once the subject's previous frame is acknowledged."""
-        previous = self._pending.pop(subject, None)
+        """Send the pre-encoded frame once the attempt's previous message is acknowledged."""
+        lane = _lane(subject)
+        previous = self._pending.pop(lane, None)
         if previous is not None:
             await previous.result()
-        self._pending[subject] = await self.log.send_frame(subject, bodies, key=key)
+        self._pending[lane] = await self.log.send_frame(subject, bodies, key=key)
 
     async def settle(self) -> None:
         """Wait for the ack of every frame in flight (a lost one is sent again, same id)."""
@@ -110,6 +134,8 @@ class AttemptTracer:
         """When the oldest event in the buffer was encoded (monotonic seconds)."""
         self._flushed = 0
         self._packer = HistoryPacker()
+        self._channels = _is_attempt(subject)
+        """Summary events (``Event.CHANNEL``) go on their channels: only an attempt's subject has them."""
 
     def emit(self, event: Event) -> None:
         """Record one event, stamped now (written at a later flush)."""
@@ -161,16 +187,20 @@ class AttemptTracer:
         events, bodies = self._buffer, self._bodies
         self._buffer, self._stamps, self._bodies, self._bytes = [], [], [], 0
         start = size = 0
+        channel = ""
         for i, (_, _, body, _) in enumerate(bodies):
             n = len(body) + _OVERHEAD
-            if i > start and size + n > MAX_FRAME_BYTES:
-                await self._write(events[start:i], bodies[start:i])
+            here = type(events[i]).CHANNEL if self._channels else ""
+            # A summary event goes alone in a message on its channel; bulk events go in frames between them.
+            if i > start and (size + n > MAX_FRAME_BYTES or here != channel or here):
+                await self._write(events[start:i], bodies[start:i], channel)
                 start, size = i, 0
+            channel = here
             size += n
         if start < len(bodies):
-            await self._write(events[start:], bodies[start:])
+            await self._write(events[start:], bodies[start:], channel)
 
-    async def _write(self, events: list[Event], bodies: list[EncodedEvent]) -> None:
-        await self.writer.write_encoded(self.subject, events, bodies,
-                                        f"{self.subject}#{self._flushed}+{len(events)}")
+    async def _write(self, events: list[Event], bodies: list[EncodedEvent], channel: str) -> None:
+        subject = f"{self.subject}.{channel}" if channel else self.subject
+        await self.writer.write_encoded(subject, events, bodies, f"{subject}#{self._flushed}+{len(events)}")
         self._flushed += len(events)
