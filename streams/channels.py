@@ -54,6 +54,19 @@ def _bulk_attempt(subject: str) -> bool:
         not any(w in parts for w in ("*", ">"))
 
 
+@lru_cache(maxsize=65_536)
+def attempt_subject(subject: str) -> str:
+    """The attempt's own subject of a message subject: a channel's without its last token, any other as it is.
+
+    Records carry it (``Record.subject``), so a reader groups an attempt's events by one subject
+    whichever message held them; the event's type says which channel it came on.
+    """
+    parts = subject.split(".")
+    if len(parts) == 7 and parts[:2] == ["hx", "trace"]:
+        return subject.rpartition(".")[0]
+    return subject
+
+
 def routed(subject: str, event: Event) -> str:
     """Where ``event`` goes when appended to ``subject``: an attempt's summary event, on its channel."""
     channel = type(event).CHANNEL

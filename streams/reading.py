@@ -25,6 +25,7 @@ from nats.js.errors import NotFoundError
 from schemas.envelope import Record, decode_message
 from schemas.errors import DecodeError
 from streams.addressing import mismatch, subject_problem
+from streams.channels import attempt_subject
 from streams.quarantine import Quarantine, Quarantined
 from streams.topology import TRACE
 
@@ -131,15 +132,16 @@ def decode(stream: str, subject: str, seq: int, headers: dict[str, str] | None, 
     if stream == TRACE.name and (problem := subject_problem(subject)) is not None:
         quarantine.add(Quarantined(stream, subject, seq, problem, (headers or {}).get("Hx-Type"), len(body)))
         return []
+    on_channel = subject.count(".") == 6  # an attempt's channel: only its own type belongs there
     try:
-        records = decode_message(subject, seq, headers, body, types)
+        # A record's subject is its attempt's, whichever of the attempt's subjects held it (streams.channels).
+        records = decode_message(attempt_subject(subject) if on_channel else subject, seq, headers, body, types)
     except DecodeError as exc:
         quarantine.add(Quarantined(stream, subject, seq, exc.reason, (headers or {}).get("Hx-Type"), len(body)))
         return []
     if stream != TRACE.name:
         return records
     kept = records
-    on_channel = subject.count(".") == 6  # an attempt's channel: only its own type belongs there
     for record in records:
         if (on_channel or type(record.event).LEVEL) and (problem := mismatch(subject, record.event)) is not None:
             quarantine.add(Quarantined(stream, subject, seq, problem, record.type, len(body), record.index))

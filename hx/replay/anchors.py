@@ -21,6 +21,7 @@ from schemas.hooks import ProcessorTriggered
 from schemas.ledger import CandidateProposed, CandidateRevised, LedgerEvent
 from schemas.lifecycle import AttemptFinished, AttemptStarted
 from schemas.tools import EnvObservation, ToolInvoked
+from streams.channels import attempt_subject
 from streams.log import EventLog
 from streams.topology import TRACE, TraceAddress
 
@@ -78,7 +79,7 @@ class AnchorResolver:
         got: OpenedMessage | str
         try:
             msg = await self.log.js.get_msg(TRACE.name, seq=seq)
-            got = OpenedMessage(msg.subject or "", seq, msg.headers, msg.data or b"")
+            got = OpenedMessage(attempt_subject(msg.subject or ""), seq, msg.headers, msg.data or b"")
         except NotFoundError:
             got = f"no message at sequence {seq} on {TRACE.name}"
         except DecodeError as exc:
