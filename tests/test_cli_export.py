@@ -25,6 +25,7 @@ from ledger_run import attach
 from hx.aegis.ledger import EvolutionLedger
 from hx.aegis.operations import buckets_of, dimensions_of
 from hx.cli import export as export_cli
+from hx.cli.trajectories import CONVERSATION, read_trajectory
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
@@ -366,7 +367,9 @@ def test_trajectories_are_the_main_rollouts_attempts_with_resolved_conversations
         trace_round, done = next(iter(rounds.items()))
         task, attempt = done[0]
         name = f"{task.replace(':', '_')}.{attempt}.jsonl"
-        lines = [json.loads(line) for line in (folder / name).read_text().splitlines()]
+        raw = (folder / name).read_bytes().splitlines()
+        assert json.loads(raw[0])["type"] == CONVERSATION  # the attempt's messages, once; then its events
+        lines = list(read_trajectory(raw))
         assert lines[0]["type"] == AttemptStarted.TYPE and lines[-1]["type"] == AttemptFinished.TYPE
         assert {line["subject"] for line in lines} == {f"hx.trace.{evolved.run_id}.{trace_round}.{task}.{attempt}"}
         conversations = [line["event"] for line in lines if line["type"] == "model.request"]

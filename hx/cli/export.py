@@ -12,39 +12,29 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
 
 import click
 import msgspec
 
 from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
-from hx.cli.log import json_line
-from hx.environments.splits import round_roles
+from hx.cli.trajectories import write_trajectories
 from hx.replay.audit import verified_ledger
 from hx.report.errors import ReportError
 from hx.report.export import MARKER, ExportKind, ExportMarker, hx_version, render
-from hx.report.export_rounds import trajectory_name
 from hx.report.inspect_export import inspect_export
 from hx.report.mlflow_curves import EVOLUTION, RunCurves, read_curves
 from hx.report.mlflow_store import check_store, mlflow_store_class, store_path, write_curves
-from projections.ledger import RunLedger
-from schemas.history import resolve_async
-from schemas.lifecycle import AttemptFinished
-from streams.log import EventLog
-from streams.topology import TRACE, TraceAddress, trace_filter
 
 _WHAT: dict[ExportKind, str] = {"hx export": "an hx export run directory",
                                 "hx export --inspect": "an hx export --inspect log directory"}
-OPEN_FILES = 64
-"""Trajectory files kept open at once (attempts interleave on the log; the least recent is closed first)."""
 
 
 @click.command("export")
 @click.argument("run_id", metavar="RUN", callback=run_id_option)
 @click.argument("directory", metavar="[DIR]", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--trajectories", is_flag=True,
-              help="Also write each round's main-rollout attempts from the trace, conversations resolved "
-                   "(R<n>/trajectories/TASK.ATTEMPT.jsonl).")
+              help="Also write each round's main-rollout attempts from the trace, one file each: the attempt's "
+                   "messages once, then its events referring to them (R<n>/trajectories/TASK.ATTEMPT.jsonl).")
 @click.option("--inspect", "inspect", is_flag=True,
               help="Write RUN's evaluations (each round's main rollout, each held-out evaluation) to DIR as Inspect "
                    "AI eval logs instead, for `inspect view --log-dir DIR`.")
@@ -253,63 +243,3 @@ async def _export_inspect(app: App, run_id: str, target: Path, *, force: bool) -
                        "export again once they finish", err=True)
         quarantine_note(conn.log)
     return len(export.files)
-
-
-class _Files:
-    """Append-only files with at most ``OPEN_FILES`` open at once."""
-
-    def __init__(self) -> None:
-        self.handles: dict[Path, BinaryIO] = {}
-
-    def write(self, path: Path, data: bytes) -> None:
-        """Append ``data`` to ``path``."""
-        handle = self.handles.pop(path, None)
-        if handle is None:
-            if len(self.handles) >= OPEN_FILES:
-                self.handles.pop(next(iter(self.handles))).close()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle = path.open("ab")
-        self.handles[path] = handle  # (re-)inserted last: the most recently used
-        handle.write(data)
-
-    def close(self, path: Path | None = None) -> None:
-        """Close one file, or all of them."""
-        for p in [path] if path is not None else list(self.handles):
-            handle = self.handles.pop(p, None)
-            if handle is not None:
-                handle.close()
-
-
-async def write_trajectories(log: EventLog, run_id: str, ledger: RunLedger,
-                             root: Path) -> dict[int, dict[str, list[str]]]:
-    """Each round's main-rollout attempts as JSON lines under ``root/R<n>/trajectories/``; round -> task -> files.
-
-    Reads only the subjects of the trace rounds the round's digest names (and the
-    round-level ``round.started`` events, to keep the main rollouts), attempt by attempt
-    in log order, with every conversation resolved.
-    """
-    roles = await round_roles(log, run_id)
-    out: dict[int, dict[str, list[str]]] = {}
-    for digested in (r.digested for r in ledger.ordered() if r.digested is not None):
-        rounds = [t for t in digested.trace_rounds if t in roles and roles[t].purpose == "main"]
-        if not rounds:
-            continue
-        folder = root / f"R{digested.round}" / "trajectories"
-        found: dict[str, set[int]] = {}
-        files = _Files()
-        try:
-            reads = log.read(TRACE.name, subjects=[trace_filter(run_id, t) for t in rounds])
-            async for record in resolve_async(reads, strict=False):
-                addr = TraceAddress.parse(record.subject)
-                if addr.task is None or addr.attempt is None:
-                    continue
-                path = folder / trajectory_name(addr.task, addr.attempt)
-                files.write(path, json_line(record))
-                found.setdefault(addr.task, set()).add(addr.attempt)
-                if isinstance(record.event, AttemptFinished):
-                    files.close(path)
-        finally:
-            files.close()
-        out[digested.round] = {task: [trajectory_name(task, a) for a in sorted(attempts)]
-                               for task, attempts in sorted(found.items())}
-    return out
