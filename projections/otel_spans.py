@@ -259,7 +259,7 @@ class SpanExportRunner(ProjectionRunner[OtelState]):
     """
 
     def __init__(self, log: EventLog, projection: OtelSpans, exporter: SpanExporter, *, target: str = "exporter",
-                 batch_spans: int = 512, live: bool = False, checkpoint_every: int = 200_000,
+                 batch_spans: int = 512, live: bool = False, checkpoint_every: int | None = None,
                  project: str = "") -> None:
         super().__init__(log, projection, checkpoint_every=checkpoint_every)
         self.exporter = exporter

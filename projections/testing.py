@@ -116,7 +116,7 @@ def fold_all(projection: Projection[S], records: Sequence[Record]) -> S:
 async def last_position(log: EventLog, projection: Projection[Any]) -> LogPosition:
     """The position of the last decodable event the projection's runner would read."""
     last = START
-    async for record in log.read(projection.stream, subjects=projection.subjects):
+    async for record in log.read(projection.stream, subjects=projection.subjects, types=projection.reads):
         last = record.position
     return last
 
@@ -210,7 +210,8 @@ async def check_exactly_once(log: EventLog, projection_factory: ProjectionFactor
     runner = ProjectionRunner(log, isolated(projection_factory(), "once"))
     await runner.rebuild()
     digest, applied, position = runner.digest, runner.applied, runner.position
-    async for record in log.read(runner.projection.stream, subjects=runner.projection.subjects):
+    async for record in log.read(runner.projection.stream, subjects=runner.projection.subjects,
+                                 types=runner.projection.reads):
         if runner.apply(record):
             raise ProjectionMismatch(f"record at {record.position} applied again at position {position}")
     await runner.catch_up()

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import msgspec
 import pytest
+from every_event import EveryEvent
 
 from projections.base import Projection, state_digest
 from projections.errors import AsOfError
@@ -57,7 +58,7 @@ from schemas import (
     ToolInvoked,
     VerifierScore,
 )
-from schemas.envelope import HX_SCHEMA_VERSION, HX_TIME, HX_TYPE, encode_body
+from schemas.envelope import HX_SCHEMA_VERSION, HX_TIME, HX_TYPE, EncodedEvent, encode_body, encoded
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 from streams.log import EventLog
@@ -100,6 +101,11 @@ class AttemptPlan:
     def verdict(self) -> bool:
         """Passed as task history counts it: an infrastructure failure is a failure."""
         return self.passed and self.status != "infra_failure"
+
+    @property
+    def summaries(self) -> int:
+        """The attempt's summary events (on its channels): what the trace store folds."""
+        return sum(1 for e in self.events() if type(e).CHANNEL)
 
     def events(self) -> list[Event]:
         spec = TaskSpec(id=self.task, instruction=f"solve {self.task}", benchmark="twx")
@@ -308,8 +314,8 @@ async def rebuilt(log: EventLog, projection: Projection[Any]) -> ProjectionRunne
     return runner
 
 
-async def records(log: EventLog) -> list[Record]:
-    return [r async for r in log.read()]
+async def records(log: EventLog, types: frozenset[str] = frozenset()) -> list[Record]:
+    return [r async for r in log.read(types=types)]
 
 
 def test_generated_log_is_realistic(plan: LogPlan) -> None:
@@ -355,8 +361,7 @@ async def test_live_equals_rebuilt(conn: Connection, plan: LogPlan, name: str) -
     assert set(result.digests.values()) == {result.digest}
     reference = await rebuilt(conn.log, PROJECTIONS[name]())
     assert (reference.digest, reference.applied) == (result.digest, result.applied)
-    events = sum(len(a.events()) for a in plan.attempts) + plan.run_level
-    expected_applied = events if name == "trace_store" else sum(a.finished for a in plan.attempts)
+    expected_applied = sum(a.summaries if name == "trace_store" else a.finished for a in plan.attempts)
     assert result.applied == expected_applied
 
 
@@ -433,7 +438,7 @@ async def test_catch_up_twice_changes_nothing(conn: Connection, written: LogPlan
     assert applied > 0
     await runner.catch_up()
     assert (runner.digest, runner.applied, runner.position) == (digest, applied, position)
-    for record in await records(conn.log):
+    for record in await records(conn.log, runner.projection.reads):  # what its reads hand it
         assert runner.apply(record) is False
     assert (runner.digest, runner.applied, runner.position) == (digest, applied, position)
     await check_exactly_once(conn.log, PROJECTIONS[name])
@@ -523,22 +528,22 @@ async def test_resume_from_a_mid_log_checkpoint(conn: Connection, written: LogPl
     assert (second.digest, second.applied) == (reference.digest, reference.applied)
 
 
-class _TraceStoreV2(TraceStore):
-    version: ClassVar[int] = 2
+class _TraceStoreNext(TraceStore):
+    version: ClassVar[int] = TraceStore.version + 1
 
 
 async def test_checkpoint_of_another_version_is_ignored(conn: Connection, written: LogPlan) -> None:
     v1 = ProjectionRunner(conn.log, TraceStore())
     await v1.catch_up()
-    v2 = ProjectionRunner(conn.log, _TraceStoreV2())
+    v2 = ProjectionRunner(conn.log, _TraceStoreNext())
     assert await v2.load() == START
     assert v2.resumed_from is None and v2.state == {} and v2.applied == 0
-    await v2.catch_up()  # from scratch, then checkpointed as version 2
+    await v2.catch_up()  # from scratch, then checkpointed as the next version
     assert (v2.digest, v2.applied) == (v1.digest, v1.applied)
     status = await v2.status()
-    assert status is not None and status.version == 2
+    assert status is not None and status.version == TraceStore.version + 1
     again = ProjectionRunner(conn.log, TraceStore())
-    assert await again.load() == START  # and now the version 1 runner ignores that one
+    assert await again.load() == START  # and now the older version's runner ignores that one
 
 
 async def _overwrite_snapshot(conn: Connection, cp: Checkpoint, data: bytes) -> None:
@@ -583,6 +588,48 @@ async def test_corrupted_checkpoint_is_not_trusted_and_gets_repaired(
     third = ProjectionRunner(conn.log, TraceStore())
     assert await third.load() == first.position  # the catch-up rewrote a sound checkpoint
     assert third.digest == first.digest
+
+
+class _Padded(Projection[list[str]]):
+    """A state that grows by a kilobyte an event: what makes fixed-count checkpoints quadratic."""
+
+    name: ClassVar[str] = "padded"
+    state_type = list[str]
+
+    def initial(self) -> list[str]:
+        return []
+
+    def fold(self, state: list[str], record: Record) -> list[str]:
+        state.append(record.type.ljust(1000, "."))
+        return state
+
+
+class _Counting(ProjectionRunner[list[str]]):
+    """A runner that counts the checkpoints it writes."""
+
+    checkpoints = 0
+
+    async def checkpoint(self) -> Checkpoint:
+        self.checkpoints += 1
+        return await super().checkpoint()
+
+
+async def test_a_runner_not_told_how_often_spaces_checkpoints_by_the_states_size(conn: Connection) -> None:
+    subject = trace_subject("padded", 0, "t", 0)
+    await conn.log.append_batch([Entry(subject, HookRecord(stage="emitted", step=n, event=StepStart(step=n)),
+                                       key=f"{subject}#{n}") for n in range(300)],
+                                frame_size=16)
+    exact = _Counting(conn.log, _Padded(), checkpoint_every=10)
+    await exact.rebuild()
+    assert exact.checkpoints == 300 // 10 + 1  # told: every 10 events, and at the end
+    spaced = _Counting(conn.log, _Padded())
+    spaced.checkpoint_every = 10  # the floor; not told, so spaced by the snapshot's size
+    await spaced.rebuild()
+    # The first checkpoint (10 events, ~10 kB) defers the next to ~10 kB / 32 = ~320 events: only the final one.
+    assert spaced.checkpoints == 2
+    assert (spaced.digest, spaced.applied, spaced.position) == (exact.digest, exact.applied, exact.position)
+    status = await spaced.status()
+    assert status is not None and (status.seq, status.index, status.digest) == (*spaced.position, spaced.digest)
 
 
 async def test_reset_forgets_the_checkpoint(conn: Connection, written: LogPlan) -> None:
@@ -730,58 +777,105 @@ async def test_as_of_starts_from_the_runner_or_its_checkpoint_when_nearer(conn: 
 # --- the trace store -------------------------------------------------------------------------------
 
 
-async def test_trace_store_files_each_attempts_events_in_order(conn: Connection, written: LogPlan) -> None:
+async def test_trace_store_summarises_each_attempt(conn: Connection, written: LogPlan) -> None:
     runner = await rebuilt(conn.log, TraceStore())
     state: dict[str, AttemptTrace] = runner.state
-    assert set(state) == {a.key for a in written.attempts}
+    assert set(state) == {a.key for a in written.attempts}  # run- and round-level events make no attempt
+    summaries = [r for r in await records(conn.log) if type(r.event).CHANNEL]
+    assert runner.applied == len(summaries) == sum(a.summaries for a in written.attempts)
     for plan in written.attempts:
         trace = state[plan.key]
         assert (trace.run, trace.round, trace.task, trace.attempt) == (plan.run, plan.round, plan.task,
                                                                          plan.attempt)
-        assert [ref.type for ref in trace.events] == [type(e).TYPE for e in plan.events()]
-        positions = [(ref.seq, ref.index) for ref in trace.events]
-        assert all(a < b for a, b in itertools.pairwise(positions)), positions
-        assert trace.steps == plan.steps
+        assert trace.steps == (plan.steps if plan.finished else 0)  # from attempt.finished
         assert trace.outcome == plan.outcome
         assert trace.score == plan.score
         assert trace.status == (plan.status or "")
         assert trace.reason == ("sandbox lost" if plan.status == "infra_failure" else "")
         assert trace.verifier_passed == (plan.verifier[0] if plan.verifier is not None else None)
         assert (trace.harness_digest, trace.model) == (f"h{plan.round}", f"model-{plan.attempt % 2}")
+        own = [r.seq for r in summaries if r.subject.startswith(f"{plan.subject}.")]
+        assert (trace.first_seq, trace.last_seq) == (own[0], own[-1])
 
 
-async def test_trace_store_event_refs_point_at_the_events(conn: Connection, written: LogPlan) -> None:
-    log_records = {r.position: r for r in await records(conn.log)}
+async def test_trace_store_finds_each_attempts_events_on_the_log(conn: Connection, written: LogPlan) -> None:
     runner = await rebuilt(conn.log, TraceStore())
     for key, trace in runner.state.items():
         plan = written.attempt(key)
-        for ref in trace.events:
-            record = log_records[(ref.seq, ref.index)]
-            assert record.subject == plan.subject
-            assert record.type == ref.type
+        # A finished attempt's events lie between its first and last summary message; a running one's go on.
+        stop = trace.last_seq if plan.finished else None
+        found = [r async for r in conn.log.read(start=trace.first_seq, stop=stop, subjects=trace.filters)]
+        assert [r.event for r in found] == plan.events(), key
+        assert {r.subject for r in found} <= {plan.subject, *(f"{plan.subject}.{c}" for c in
+                                                               ("started", "score", "finished"))}
 
 
-async def test_run_and_round_level_events_are_filed_under_no_attempt(conn: Connection, written: LogPlan) -> None:
-    log_records = await records(conn.log)
-    run_level = [r for r in log_records
-                 if isinstance(r.event, RunStarted | RunFinished | RoundStarted | RoundFinished)]
-    assert len(run_level) == written.run_level
-    runner = await rebuilt(conn.log, TraceStore())
-    filed = {(ref.seq, ref.index) for trace in runner.state.values() for ref in trace.events}
-    assert filed.isdisjoint(r.position for r in run_level)
-    assert len(filed) == len(log_records) - len(run_level)
-    assert runner.applied == len(log_records)  # folded (and skipped by the fold), not filed
+async def test_trace_store_state_does_not_grow_with_an_attempts_events(conn: Connection) -> None:
+    sizes = {}
+    for steps in (10, 1000):
+        attempt = AttemptPlan("size", 0, f"steps-{steps}", 0, steps, "completed", True, (True, 1.0), 1.0)
+        events = attempt.events()
+        await conn.log.append_batch([Entry(attempt.subject, e, key=f"{attempt.subject}#{i}")
+                                     for i, e in enumerate(events)], frame_size=64)
+        runner = await rebuilt(conn.log, TraceStore())
+        sizes[len(events)] = len(msgspec.msgpack.encode(runner.state[attempt.key]))
+        assert runner.state[attempt.key].steps == steps
+    (few, small), (many, large) = sorted(sizes.items())
+    assert many > 80 * few
+    assert abs(large - small) <= 8, sizes  # a few more digits in a sequence number, not an entry per event
+
+
+async def test_runner_hands_a_projection_only_its_reads_and_reaches_the_end(conn: Connection) -> None:
+    subject = trace_subject("narrow", 0, "t", 0)
+    call = ToolCall(id="c", name="look", input={})
+
+    def step(n: int) -> list[Event]:
+        return [HookRecord(stage="emitted", step=n, event=StepStart(step=n)), ToolInvoked(step=n, call=call)]
+
+    await conn.log.append_batch([Entry(subject, e, key=f"{subject}#{i}") for i, e in enumerate(step(1))],
+                                frame_size=8)
+    # A frame whose hook.record body is corrupt: a reader decoding it would lose the whole frame.
+    bodies: list[EncodedEvent] = [encoded(e) for e in step(2)]
+    bodies[0] = (bodies[0][0], bodies[0][1], b"\x01", bodies[0][3])  # msgpack, but no hook record
+    await (await conn.log.send_frame(subject, bodies, key=f"{subject}#corrupt")).result()
+    await conn.log.append(subject, AttemptFinished(run_id="narrow", round=0, task_id="t", attempt=0, passed=True,
+                                                   steps=2))
+    await conn.log.append_batch([Entry(subject, e, key=f"{subject}#tail{i}") for i, e in enumerate(step(3)[:1])])
+    last = await conn.log.last_seq()
+
+    class Seen(Projection[list[str]]):
+        name: ClassVar[str] = "seen"
+        reads = frozenset({ToolInvoked.TYPE, AttemptFinished.TYPE})
+        state_type = list[str]
+
+        def initial(self) -> list[str]:
+            return []
+
+        def fold(self, state: list[str], record: Record) -> list[str]:
+            state.append(record.type)
+            return state
+
+    quarantined = conn.log.quarantine.count
+    runner = ProjectionRunner(conn.log, Seen())
+    await runner.catch_up()
+    assert runner.state == [ToolInvoked.TYPE, ToolInvoked.TYPE, AttemptFinished.TYPE]
+    assert conn.log.quarantine.count == quarantined  # the corrupt body was never decoded
+    assert runner.position == (last, 0) and runner.applied == 3  # the last message holds none of its types
+    status = await runner.status()
+    assert status is not None and (status.seq, status.index) == (last, 0)
 
 
 async def test_undecodable_messages_are_quarantined_and_skipped(conn: Connection, written: LogPlan) -> None:
     quarantined = conn.log.quarantine.count
-    runner = await rebuilt(conn.log, TraceStore())
+    runner = await rebuilt(conn.log, EveryEvent())  # a fold of every event reads every message
     assert conn.log.quarantine.count - quarantined == len(written.garbage)
     assert sorted(q.seq for q in conn.log.quarantine.records) == sorted(g.seq for g in written.garbage)
-    filed = {ref.seq for trace in runner.state.values() for ref in trace.events}
+    filed = {r.seq for r in await records(conn.log)}
     assert filed.isdisjoint(g.seq for g in written.garbage)
-    # The log ends with a garbage message: the runner's position still covers it.
+    assert runner.applied == sum(len(a.events()) for a in written.attempts) + written.run_level
+    # The log ends with a garbage message: the runner's position still covers it, the trace store's too.
     assert runner.position == (written.garbage[-1].seq, 0) == (await conn.log.last_seq(), 0)
+    assert (await rebuilt(conn.log, TraceStore())).position == runner.position
 
 
 async def test_fold_all_without_a_log_equals_the_runner(conn: Connection, written: LogPlan) -> None:

@@ -184,8 +184,8 @@ async def _rebuild(app: App, name: str) -> None:
 @click.option("--from-start", is_flag=True, help="Forget the checkpoint and fold the whole log again.")
 @click.option("--from", "from_seq", type=click.IntRange(min=1), metavar="SEQ",
               help="Forget the checkpoint and fold the events from log sequence SEQ on (earlier ones are skipped).")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=50_000, show_default=True,
-              help="Checkpoint after this many applied events.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Checkpoint after every N applied events (default: every 50,000, or less often for a large state).")
 @click.option("--otlp-endpoint", metavar="URL",
               help="otel only: the OTLP/HTTP endpoint spans go to (http://host:4318, or a full .../v1/traces URL).")
 @click.option("--otlp-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
@@ -197,7 +197,7 @@ async def _rebuild(app: App, name: str) -> None:
               help="otel only: add message content and tool input/output to the spans (secrets scrubbed).")
 @pass_app
 def run_projection(app: App, name: str, once: bool, from_start: bool, from_seq: int | None,
-                   checkpoint_every: int, otlp_endpoint: str | None, otlp_timeout: float, project: str | None,
+                   checkpoint_every: int | None, otlp_endpoint: str | None, otlp_timeout: float, project: str | None,
                    content: bool) -> None:
     """Build a projection from the log, resuming from its checkpoint, then follow it (--once: stop at its end).
 
@@ -230,7 +230,7 @@ class OtlpTarget(NamedTuple):
     content: bool
 
 
-def _runner(event_log: EventLog, proj: Projection[Any], checkpoint_every: int,
+def _runner(event_log: EventLog, proj: Projection[Any], checkpoint_every: int | None,
             otlp: OtlpTarget | None) -> ProjectionRunner[Any]:
     """A plain runner, or for ``otel`` one that exports each finished attempt's spans."""
     from projections.otel_spans import OtelSpans, SpanExportRunner, otlp_exporter  # here: it loads OpenTelemetry's SDK
@@ -261,7 +261,7 @@ async def _start(runner: ProjectionRunner[Any], name: str, from_start: bool, fro
         click.echo(f"{name}: resumed from {_position(runner.resumed_from)}")
 
 
-async def _run(app: App, name: str, follow: bool, checkpoint_every: int, *, from_start: bool = False,
+async def _run(app: App, name: str, follow: bool, checkpoint_every: int | None, *, from_start: bool = False,
                from_seq: int | None = None, otlp: OtlpTarget | None = None) -> None:
     async with app.connect() as conn:
         proj = named_projection(name)
