@@ -1,0 +1,158 @@
+"""Immutable JSON values: the dicts and lists inside hook payloads, frozen once when they enter one.
+
+Hook payloads are frozen msgspec Structs, but a ``JsonObject`` field (a tool call's input, a
+tool's input schema, a tool result's data, a task's meta) holds a plain dict, which a processor
+could edit in place under an event already on its way to the log. ``freeze`` turns such a value
+into a ``FrozenDict`` / ``FrozenList`` pair, deeply; the value types of ``schemas.messages`` call it
+from ``__post_init__``, so a value is frozen once when it is made (built, replaced or decoded),
+never again when a conversation carrying it moves on to the next step.
+
+Both types are the builtin ``dict`` / ``list`` underneath: they compare equal to plain ones and
+msgspec encodes them to the same bytes. Every mutator raises ``FrozenValueError`` (a ``TypeError``).
+
+>>> value = freeze({"action": "look", "tags": ["a"]})
+>>> value == {"action": "look", "tags": ["a"]}
+True
+>>> value["action"] = "take"
+Traceback (most recent call last):
+...
+schemas.errors.FrozenValueError: hook payloads are immutable: FrozenDict.__setitem__('action') refused; \
+build a new value with msgspec.structs.replace (a changed copy: {**value, key: new})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NoReturn, SupportsIndex
+
+from schemas.errors import FrozenValueError
+
+_FIX = "build a new value with msgspec.structs.replace"
+
+
+def _refuse(value: FrozenDict | FrozenList, method: str, *args: object) -> NoReturn:
+    shown = ", ".join(repr(a) for a in args)
+    copy = "{**value, key: new}" if isinstance(value, dict) else "[*value, new]"
+    raise FrozenValueError(value, f"hook payloads are immutable: {type(value).__name__}.{method}({shown}) refused; "
+                                  f"{_FIX} (a changed copy: {copy})")
+
+
+class FrozenDict(dict[str, Any]):
+    """A JSON object that refuses every change; its values are frozen too. ``dict(value)`` is a mutable copy."""
+
+    __slots__ = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        dict.__init__(self, ((k, freeze(v)) for k, v in dict(*args, **kwargs).items()))
+
+    def __setitem__(self, key: str, value: Any) -> NoReturn:
+        _refuse(self, "__setitem__", key)
+
+    def __delitem__(self, key: str) -> NoReturn:
+        _refuse(self, "__delitem__", key)
+
+    def __ior__(self, other: Any) -> NoReturn:  # type: ignore[misc]
+        _refuse(self, "__ior__")
+
+    def clear(self) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "clear")
+
+    def pop(self, key: str, *default: Any) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "pop", key)
+
+    def popitem(self) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "popitem")
+
+    def setdefault(self, key: str, default: Any = None) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "setdefault", key)
+
+    def update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "update")
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+        # The default reduction of a dict subclass refills the new object item by item, which is refused.
+        return (FrozenDict, (dict(self),))
+
+
+class FrozenList(list[Any]):
+    """A JSON array that refuses every change; its items are frozen too. ``list(value)`` is a mutable copy."""
+
+    __slots__ = ()
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        list.__init__(self, (freeze(v) for v in items))
+
+    def __setitem__(self, index: Any, value: Any) -> NoReturn:
+        _refuse(self, "__setitem__", index)
+
+    def __delitem__(self, index: Any) -> NoReturn:
+        _refuse(self, "__delitem__", index)
+
+    def __iadd__(self, other: Any) -> NoReturn:  # type: ignore[misc]
+        _refuse(self, "__iadd__")
+
+    def __imul__(self, other: Any) -> NoReturn:  # type: ignore[misc]
+        _refuse(self, "__imul__")
+
+    def append(self, item: Any) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "append", item)
+
+    def extend(self, items: Iterable[Any]) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "extend")
+
+    def insert(self, index: SupportsIndex, item: Any) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "insert", index, item)
+
+    def pop(self, index: SupportsIndex = -1) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "pop", index)
+
+    def remove(self, item: Any) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "remove", item)
+
+    def clear(self) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "clear")
+
+    def sort(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "sort")
+
+    def reverse(self) -> NoReturn:
+        """Refused: a frozen value does not change."""
+        _refuse(self, "reverse")
+
+    def __reduce__(self) -> tuple[type[FrozenList], tuple[list[Any]]]:
+        return (FrozenList, (list(self),))
+
+
+EMPTY = FrozenDict()
+"""The empty frozen object, shared by every value whose JSON field is left at its default."""
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every dict and list in it frozen; an already frozen value is returned as is (O(1)).
+
+    A ``FrozenDict`` or ``FrozenList`` is frozen all the way down by construction, so freezing
+    costs the size of the new data only.
+    """
+    kind = type(value)
+    if kind is FrozenDict or kind is FrozenList:
+        return value
+    if isinstance(value, dict):
+        return FrozenDict(value) if value else EMPTY
+    if isinstance(value, list):
+        return FrozenList(value)
+    if kind is tuple:
+        items = tuple(freeze(v) for v in value)
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
