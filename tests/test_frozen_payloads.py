@@ -210,20 +210,18 @@ class Clumsy(Processor):
         yield event.no_such_field
 
 
-async def test_an_ordinary_attribute_error_is_still_a_processor_failure() -> None:
+async def test_the_kit_and_the_pipeline_tell_an_edit_in_place_from_a_plain_bug() -> None:
+    with pytest.raises(KitFailure, match=r"mutated its input in place \(call\.input\): hook payloads are immutable"):
+        await check_processor(InPlace(index=3), [BeforeTool(step=1, call=CALL)])
     with pytest.raises(ProcessorFailed, match="AttributeError") as err:
         await HookPipeline("before_tool", [Clumsy()], lambda e: None).run(BeforeTool(step=1, call=CALL), 1)
     assert not isinstance(err.value, ContractViolation)
 
 
-async def test_the_contract_kit_names_an_edit_in_place() -> None:
-    with pytest.raises(KitFailure, match=r"mutated its input in place \(call\.input\): hook payloads are immutable"):
-        await check_processor(InPlace(index=3), [BeforeTool(step=1, call=CALL)])
-
-
 def test_a_narrowed_enum_built_from_a_frozen_schema_is_permitted() -> None:
     before = BeforeModel(step=1, messages=HISTORY, tools=(ACT,))
     schema = ACT.input_schema
+    assert type(schema["properties"]["action"]["enum"]) is FrozenList  # compared with the plain list built below
     action = {**schema["properties"]["action"], "enum": ["take key"]}
     narrowed = replace(ACT, input_schema={**schema, "properties": {**schema["properties"], "action": action}})
     assert check_contract("p", "before_model", before, replace(before, tools=(narrowed,), offered=(ACT,))) == [
