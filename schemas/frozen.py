@@ -28,6 +28,8 @@ from typing import Any, NoReturn, SupportsIndex
 from schemas.errors import FrozenValueError
 
 _FIX = "build a new value with msgspec.structs.replace"
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+"""The immutable JSON values: nothing to freeze (a type test is cheaper than the call to ``freeze``)."""
 
 
 def _refuse(value: FrozenDict | FrozenList, method: str, *args: object) -> NoReturn:
@@ -43,7 +45,12 @@ class FrozenDict(dict[str, Any]):
     __slots__ = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        dict.__init__(self, ((k, freeze(v)) for k, v in dict(*args, **kwargs).items()))
+        # ``freeze`` builds these without calling here; this is for a FrozenDict made directly
+        dict.__init__(self, *args, **kwargs)
+        for key, value in dict.items(self):  # the builtin's own methods, which these overrides refuse
+            frozen = freeze(value)
+            if frozen is not value:
+                dict.__setitem__(self, key, frozen)
 
     def __setitem__(self, key: str, value: Any) -> NoReturn:
         _refuse(self, "__setitem__", key)
@@ -85,7 +92,7 @@ class FrozenList(list[Any]):
     __slots__ = ()
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
-        list.__init__(self, (freeze(v) for v in items))
+        list.__init__(self, [freeze(v) for v in items])  # ``freeze`` builds these without calling here
 
     def __setitem__(self, index: Any, value: Any) -> NoReturn:
         _refuse(self, "__setitem__", index)
@@ -135,6 +142,20 @@ class FrozenList(list[Any]):
         return (FrozenList, (list(self),))
 
 
+def _frozen_dict(items: dict[str, Any]) -> FrozenDict:
+    """A FrozenDict holding ``items`` (already frozen), filled by the builtin in C."""
+    out = dict.__new__(FrozenDict)
+    dict.update(out, items)
+    return out
+
+
+def _frozen_list(items: list[Any]) -> FrozenList:
+    """A FrozenList holding ``items`` (already frozen), filled by the builtin in C."""
+    out = list.__new__(FrozenList)
+    list.extend(out, items)
+    return out
+
+
 EMPTY = FrozenDict()
 """The empty frozen object, shared by every value whose JSON field is left at its default."""
 
@@ -146,12 +167,19 @@ def freeze(value: Any) -> Any:
     costs the size of the new data only.
     """
     kind = type(value)
-    if kind is FrozenDict or kind is FrozenList:
+    if kind in _LEAVES or kind is FrozenDict or kind is FrozenList:
         return value
     if isinstance(value, dict):
-        return FrozenDict(value) if value else EMPTY
+        if not value:
+            return EMPTY
+        # the common case, only strings and numbers inside, is checked and copied in C
+        if _LEAVES.issuperset(map(type, value.values())):
+            return _frozen_dict(value)
+        return _frozen_dict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return FrozenList(value)
+        if _LEAVES.issuperset(map(type, value)):
+            return _frozen_list(value)
+        return _frozen_list([freeze(v) for v in value])
     if kind is tuple:
         items = tuple(freeze(v) for v in value)
         return value if all(a is b for a, b in zip(items, value, strict=True)) else items

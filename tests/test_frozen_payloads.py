@@ -74,6 +74,9 @@ def test_freezing_costs_only_new_data_a_frozen_value_is_kept_as_is() -> None:
     assert replace(CALL, id="c3").input is CALL.input
     assert replace(ACT, description="Other.").input_schema is ACT.input_schema
     assert ToolSchema(name="x").input_schema is ToolSchema(name="y").input_schema  # one shared empty object
+    made = FrozenDict({"a": [1, {"b": []}]}, c={"d": 1})  # made directly, not by freeze: frozen all the same
+    assert type(made["a"]) is FrozenList and type(made["a"][1]["b"]) is FrozenList and type(made["c"]) is FrozenDict
+    assert type(FrozenList([[1], {"e": 2}])[1]) is FrozenDict
 
 
 def test_frozen_values_encode_to_the_same_bytes_and_compare_equal_to_plain_ones() -> None:
@@ -81,9 +84,10 @@ def test_frozen_values_encode_to_the_same_bytes_and_compare_equal_to_plain_ones(
     for encode in (msgspec.msgpack.encode, msgspec.json.encode):
         assert encode(frozen) == encode(NESTED)
         assert encode(ACT) == encode(msgspec.structs.asdict(ACT) | {"input_schema": NESTED})
-    assert frozen == NESTED and NESTED == frozen and not frozen != NESTED
+    # both sides on purpose: a plain dict or list on the left compares too
+    assert frozen == NESTED and NESTED == frozen and frozen != {}  # noqa: SIM300
     enum = frozen["properties"]["action"]["enum"]
-    assert enum == ["look", "take key"] and ["look", "take key"] == enum and isinstance(enum, list)
+    assert enum == ["look", "take key"] and ["look", "take key"] == enum and isinstance(enum, list)  # noqa: SIM300
     assert ToolSchema(name="act", description="Act.", input_schema=dict(NESTED)) == ACT
     assert dict(frozen) == NESTED and type(dict(frozen)) is dict and type(list(enum)) is list
 
@@ -251,7 +255,8 @@ class Game(Task):
 
 
 MODELS = ModelConfig(main="script:game", provider_options={"script:game": {"completions": [
-    {"content": "", "tool_calls": [{"id": "c1", "name": "act", "input": {"action": "look"}}], "stop_reason": "tool_use"},
+    {"content": "", "tool_calls": [{"id": "c1", "name": "act", "input": {"action": "look"}}],
+     "stop_reason": "tool_use"},
     {"content": "done", "stop_reason": "end_turn"},
 ]}})
 
@@ -268,7 +273,8 @@ async def test_an_edit_in_place_in_a_run_interrupts_the_attempt(nats_url: str, i
     assert (result.status, result.passed) == ("interrupted", False)
     assert f"processor {InPlace.type_name()!r} at hook {hook!r} tried to change {field!r}" in result.reason
     finished = events[-1]
-    assert isinstance(finished, AttemptFinished) and (finished.status, finished.reason) == ("interrupted", result.reason)
+    assert isinstance(finished, AttemptFinished)
+    assert (finished.status, finished.reason) == ("interrupted", result.reason)
     (trigger,) = [e for e in events if isinstance(e, ProcessorTriggered)]
     assert (trigger.hook, trigger.action, trigger.reason) == (hook, "interrupted", result.reason)
     (emitted,) = [e.event for e in events if isinstance(e, HookRecord) and HOOK_OF[type(e.event)] == hook]
