@@ -18,7 +18,8 @@ run loop does per attempt. It checks that the processor
   taxonomy in ``addresses``, and rebuilds equal from its parameters;
 - yields only events of the hook's type, within the hook's contract
   (``hx.harness.contracts.check_contract``);
-- never mutates the event it was given;
+- never tries to change the event it was given in place (hook payloads are immutable,
+  so the attempt raises; the kit names the path it tried);
 - raises nothing but ``Interrupt``.
 
 Failures raise ``KitFailure`` (an ``AssertionError``) naming processor, hook and event;
