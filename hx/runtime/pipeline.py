@@ -93,4 +93,3 @@ class HookPipeline:
         elif fields:
             self._trigger(proc, step, "changed", fields)
         return produced
-
