@@ -33,3 +33,12 @@ class DecodeError(SchemaError):
 
 class HistoryGap(SchemaError):
     """A conversation delta cannot be resolved: its base was not read, or a span lies outside it."""
+
+
+class FrozenValueError(HxError, TypeError):
+    """Code tried to change a frozen value of a hook payload in place (see ``schemas.frozen``)."""
+
+    def __init__(self, value: object, message: str) -> None:
+        self.value = value
+        """The frozen dict or list it tried to change (the pipeline finds its path in the event by identity)."""
+        super().__init__(message)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
+
 from schemas.event import JsonObject, Payload
+from schemas.frozen import freeze
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -19,6 +22,10 @@ class ToolCall(Payload, frozen=True, kw_only=True):
     input: JsonObject
     """Arguments, as JSON-compatible values: the shape is the tool's ``input_schema``, not hx's."""
 
+    def __post_init__(self) -> None:
+        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "input", freeze(self.input))
+
 
 class ToolSchema(Payload, frozen=True, kw_only=True):
     """A tool offered to the model: name, description and JSON Schema of its input."""
@@ -27,6 +34,10 @@ class ToolSchema(Payload, frozen=True, kw_only=True):
     description: str = ""
     input_schema: JsonObject = {}
     """A JSON Schema (open: JSON Schema is its own language)."""
+
+    def __post_init__(self) -> None:
+        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "input_schema", freeze(self.input_schema))
 
 
 class ToolResult(Payload, frozen=True, kw_only=True):
@@ -39,6 +50,10 @@ class ToolResult(Payload, frozen=True, kw_only=True):
     data: JsonObject = {}
     """Structured extras (environment score, flags), kept out of the text the model sees: each tool and benchmark
     adapter has its own."""
+
+    def __post_init__(self) -> None:
+        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "data", freeze(self.data))
 
 
 class Message(Payload, frozen=True, kw_only=True):
@@ -103,3 +118,7 @@ class TaskSpec(Payload, frozen=True, kw_only=True):
     seed: int = 0
     meta: JsonObject = {}
     """What the benchmark adapter knows of the task (game, variation, level...): each adapter has its own."""
+
+    def __post_init__(self) -> None:
+        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "meta", freeze(self.meta))

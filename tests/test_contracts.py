@@ -154,7 +154,7 @@ def test_yielding_another_event_type_is_a_violation() -> None:
 
 
 class Mutator(Processor):
-    """Edits its input's dicts in place and yields the same object (what a careless processor does)."""
+    """Edits its input's dicts in place and yields the same object (what a careless processor tries)."""
 
     async def process(self, event: AfterModel | BeforeTool) -> AsyncIterator[AfterModel | BeforeTool]:
         if isinstance(event, BeforeTool):
@@ -293,7 +293,7 @@ async def test_in_place_mutation_in_a_run_keeps_the_log_intact(nats_url: str) ->
             agent = MODELS.agentic(HarnessConfig().attach(hook, Mutator()), log=conn.log)
             result = await agent.run(EchoTask(), run_id=f"mutate-{hook}")
             events = await trace(conn.log, f"mutate-{hook}")
-            assert result.status == "interrupted" and "mutated its input event in place" in result.reason
+            assert result.status == "interrupted" and "of its input in place" in result.reason
             assert Mutator.type_name() in result.reason and hook in result.reason
             assert not any(isinstance(e, ToolInvoked) for e in events)
             (response,) = [e for e in events if isinstance(e, ModelResponse)]

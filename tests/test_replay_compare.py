@@ -73,7 +73,8 @@ def changes(value: Any, t: mi.Type, path: str = "") -> Iterator[Change]:
         if value is None:
             yield path, "~"
             return
-        t = mi.type_info(type(value))
+        # a hook payload's JSON values are frozen dicts and lists (schemas.frozen): typed as what they are under it
+        t = mi.type_info(dict if isinstance(value, dict) else list if isinstance(value, list) else type(value))
     if isinstance(t, mi.UnionType):
         if value is None:
             yield path, sample(t)

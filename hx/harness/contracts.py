@@ -13,19 +13,27 @@ before_tool the call's tool name may only change to another name the step offere
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from hx.harness.errors import ContractViolation
+from hx.harness.errors import ContractViolation, InPlaceEdit
+from schemas.errors import FrozenValueError
+from schemas.event import Payload
 from schemas.hooks import BeforeModel, BeforeTool, HookName, HookPayload
 from schemas.messages import Message
 
 
 def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
-    """Dotted paths of the fields that differ between two values (structs and tuples recursed)."""
-    if before is after or before == after:
+    """Dotted paths of the fields that differ between two values (structs and tuples recursed).
+
+    Identity first, field by field: an event a processor rebuilt with ``msgspec.structs.replace``
+    shares its unchanged fields (the conversation, the tools) with its input, so the cost is that
+    of what changed, never a whole-event ``==`` over the history.
+    """
+    if before is after:
         return []
     if isinstance(before, msgspec.Struct) and type(before) is type(after):
         out: list[str] = []
@@ -38,7 +46,50 @@ def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
         for i, (a, b) in enumerate(zip(before, after, strict=True)):
             out += changed_paths(a, b, f"{prefix}[{i}]")
         return out
-    return [prefix or "<event>"]
+    return [] if before == after else [prefix or "<event>"]
+
+
+def locate(value: Any, target: object, prefix: str = "") -> str | None:
+    """The dotted path at which ``target`` (by identity) sits inside ``value``, or None: names a refused edit."""
+    if value is target:
+        return prefix or "<event>"
+    items: Any = ()
+    if isinstance(value, msgspec.Struct):
+        items = ((f"{prefix}.{f}" if prefix else f, getattr(value, f)) for f in value.__struct_fields__)
+    elif isinstance(value, (tuple, list)):
+        items = ((f"{prefix}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, dict):
+        items = ((f"{prefix}[{k!r}]", v) for k, v in value.items())
+    for path, item in items:
+        found = locate(item, target, path)
+        if found is not None:
+            return found
+    return None
+
+
+def refused_edit(processor: str, hook: HookName, event: HookPayload, exc: Exception) -> InPlaceEdit | None:
+    """The ``InPlaceEdit`` ``exc`` stands for if it is a refused in-place change of ``event``, else None."""
+    if isinstance(exc, FrozenValueError):
+        return InPlaceEdit(processor, hook, locate(event, exc.value) or "<event>", str(exc))
+    # msgspec's own refusal of setattr on a frozen Struct names only the type: "immutable type: 'ToolCall'".
+    named = _IMMUTABLE.fullmatch(str(exc)) if isinstance(exc, AttributeError) else None
+    if named is not None and named[1] in _payload_types(Payload):
+        field = "<event>" if named[1] == type(event).__name__ else f"<{named[1]}>"
+        return InPlaceEdit(processor, hook, field, f"hook payloads are immutable: setting a field of a {named[1]} "
+                                                   "refused; build a new value with msgspec.structs.replace")
+    return None
+
+
+_IMMUTABLE = re.compile(r"immutable type: '(\w+)'")
+
+
+def _payload_types(base: type) -> set[str]:
+    """The names of ``base`` and of every class under it: the value types a hook payload is built of."""
+    names = {base.__name__}
+    subs: list[type] = base.__subclasses__()
+    for sub in subs:
+        names |= _payload_types(sub)
+    return names
 
 
 def _within(path: str, allowed: tuple[str, ...]) -> bool:

@@ -20,6 +20,15 @@ class ContractViolation(HxError):
         super().__init__(msg + (f": {detail}" if detail else ""))
 
 
+class InPlaceEdit(ContractViolation):
+    """A processor tried to change its input event in place, which immutable hook payloads refuse."""
+
+    def __init__(self, processor: str, hook: str, field: str, detail: str) -> None:
+        super().__init__(processor, hook, field)
+        self.args = (f"processor {processor!r} at hook {hook!r} tried to change {field!r} of its input in place: "
+                     f"{detail}",)
+
+
 class Interrupt(HxError):
     """Raised by a processor to end the attempt; the reason is recorded on the log."""
 
