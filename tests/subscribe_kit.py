@@ -99,6 +99,8 @@ async def interleaved_attempts(log: EventLog, run: str = "kit", attempts: int = 
         yield n
     for n, subject in enumerate(subjects):
         await log.append_frame(subject, [
-            ToolReturned(step=1, result=ToolResult(call_id=f"c{n}", name="act", output="ok", is_error=n % 2 == 1)),
-            AttemptFinished(run_id=run, round=0, task_id="t", attempt=n, passed=n % 2 == 0, steps=1)])
+            ToolReturned(step=1, result=ToolResult(call_id=f"c{n}", name="act", output="ok", is_error=n % 2 == 1))])
+        # A summary event goes in a message of its own, on the attempt's channel (streams.channels).
+        await log.append(subject, AttemptFinished(run_id=run, round=0, task_id="t", attempt=n, passed=n % 2 == 0,
+                                                  steps=1))
         yield n

@@ -121,6 +121,6 @@ async def test_appends_route_summary_events_and_frames_refuse_them(nats_url: str
         [finished] = attempt_events("t", 0, steps=0)[-1:]
         await conn.log.append(subject, finished, key="k")
         assert await conn.log.last_subject_seq(f"{subject}.finished") == 1
-        with pytest.raises(LogError, match="attempt.finished, which go in messages of their own"):
+        with pytest.raises(LogError, match=r"attempt\.finished, which go in messages of their own"):
             await conn.log.append_frame(subject, [finished])
         await conn.log.append_frame(trace_subject(RUN, 0), [RoundStarted(run_id=RUN, round=0)])  # not an attempt's

@@ -20,10 +20,10 @@ from schemas import (
     EnvObservation,
     Event,
     HookRecord,
+    ProcessorTriggered,
     Record,
     RunStarted,
     StepStart,
-    ProcessorTriggered,
     encode_body,
 )
 from schemas.errors import HxError

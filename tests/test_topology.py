@@ -255,7 +255,8 @@ def test_trace_address_placeholders() -> None:
     assert TraceAddress.parse(odd.subject) == odd
 
 
-@pytest.mark.parametrize("subject", ["hx.trace.r.1.t", "hx.trace.r.1.t.0.Extra", "hx.trace.r.1._._.started", "hx.trace.r.1.t.0.s.x", "hx.ledger.r.1.t.0",
+@pytest.mark.parametrize("subject", ["hx.trace.r.1.t", "hx.trace.r.1.t.0.Extra", "hx.trace.r.1._._.started",
+                                     "hx.trace.r.1.t.0.s.x", "hx.ledger.r.1.t.0",
                                      "other.trace.r.1.t.0", "hx.trace.r.one.t.0", "hx.trace.r.1.t.zero", ""])
 def test_parse_rejects_non_trace_subjects(subject: str) -> None:
     with pytest.raises(ValueError) as info:

@@ -51,6 +51,7 @@ from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.event import Event
 from schemas.harness import HarnessSpec
+from streams.channels import attempt_subject
 from streams.connection import Connection
 from streams.topology import trace_subject
 
@@ -168,8 +169,8 @@ class CapturedTrace(TraceWriter):
         self.events: dict[str, list[Event]] = {}
 
     async def write(self, subject: str, events: Sequence[Event], key: str) -> None:
-        """Keep the frame's events (as emitted: conversations in full)."""
-        self.events.setdefault(subject, []).extend(events)
+        """Keep the frame's events (as emitted: conversations in full) under their attempt's subject."""
+        self.events.setdefault(attempt_subject(subject), []).extend(events)
 
 
 def replay_spec(spec: str) -> str:
