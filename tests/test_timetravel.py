@@ -362,12 +362,13 @@ def test_an_undecodable_message_is_an_error_not_a_skip(world: tuple[str, kit.Bui
             await conn.js.publish(subject, b"\x80", headers={"Hx-Type": "tool.returned", "Hx-Schema-Version": "9"})
 
     asyncio.run(publish())
-    # hx regressions and hx state read only the attempts' outcomes (their own channels): they never meet the
-    # bad body, as they never decode one of a type they do not read; diff and bisect read the attempts whole.
+    # hx regressions, state and bisect read only the attempts' outcomes (their own channels): they never meet
+    # the bad body, as no read decodes a body of a type it does not read; hx diff reads the attempts whole.
     assert "regressed" in ok(hx("--nats-url", url, "regressions", run, "--round", "1")).output
     assert "task history" in ok(hx("--nats-url", url, "state", run, "--as-of", "r1")).output
-    for args in (("diff", run, kit.REGRESSED, "--rounds", "0", "1"),
-                 ("bisect", run, kit.REGRESSED, "--from", "0", "--to", "1")):
+    assert "first edit that flips it" in ok(hx("--nats-url", url, "bisect", run, kit.REGRESSED, "--from", "0",
+                                               "--to", "1")).output
+    for args in (("diff", run, kit.REGRESSED, "--rounds", "0", "1"),):
         line = error_line(hx("--nats-url", url, *args))
         assert "this hx cannot decode HX_TRACE message " in line and f" on {subject} (" in line, args
         assert "schema version '9'" in line, args
