@@ -152,6 +152,14 @@ async def follow_records(event_log: EventLog, stream: str, *, start: int, subjec
             log.debug("subscription timed out while idle; resubscribing", stream=stream, start=next_seq)
 
 
+def check_round_or_stage(round_: int | None, stage: int | None, *, required: bool) -> None:
+    """``--round`` and ``--stage`` exclude each other (and one is needed when ``required``)."""
+    if round_ is not None and stage is not None:
+        raise click.UsageError("--round (a trace round) and --stage (an evolution round) exclude each other")
+    if required and round_ is None and stage is None:
+        raise click.UsageError("pass --round N (a trace round) or --stage N (an evolution round's main rollouts)")
+
+
 def run_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Click callback: a run id must be valid (``streams.topology.check_run_id``) before anything runs."""
     if value is not None:
