@@ -20,7 +20,7 @@ from hx_cli import hx, ok
 
 import hx as hx_package
 from hx.cli._lazy import LazyGroup
-from hx.cli.main import COMMANDS, cli
+from hx.cli.main import COMMANDS
 from hx.harness import libraries
 from hx.harness.processor import registered
 from streams.processes import free_port
@@ -108,7 +108,7 @@ def test_hx_help_imports_no_command_and_nothing_heavy() -> None:
     assert "nats" not in modules and "hx.runtime" not in modules  # nor the log, nor the run loop
 
 
-def test_hx_report_help_does_not_draw(tmp_path: Path) -> None:
+def test_hx_report_help_does_not_draw() -> None:
     modules = imported(["report", "--help"])
     assert "hx.cli.report" in modules and "matplotlib" not in modules
 
@@ -142,7 +142,7 @@ def test_the_public_names_of_hx_are_still_there() -> None:
     assert all(getattr(hx_package, name) is not None for name in hx_package.__all__)
     assert set(hx_package.__all__) <= set(dir(hx_package))
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
-        _ = hx_package.Nope  # type: ignore[attr-defined]
+        _ = hx_package.Nope
 
 
 def test_a_processor_named_in_a_config_is_found_without_importing_the_library_first() -> None:
