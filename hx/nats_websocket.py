@@ -74,12 +74,16 @@ class _WithoutAiohttp(importlib.abc.Loader):
 class _TransportFinder(importlib.abc.MetaPathFinder):
     """Finds nats' transport module as Python would, and hands it to ``_WithoutAiohttp``."""
 
+    done = False
+    """Set once the transport is found: a module is imported once. The finder stays in ``sys.meta_path``
+    (inert) rather than being removed from a list another thread's import may be walking."""
+
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         """The transport's own spec with its loader wrapped; None for every other module."""
-        if fullname != TRANSPORT:
+        if fullname != TRANSPORT or self.done:
             return None
-        sys.meta_path.remove(self)  # a module is imported once: this finder has done its one job
+        self.done = True
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is not None and spec.loader is not None and "aiohttp" not in sys.modules:
             spec.loader = _WithoutAiohttp(spec.loader)
@@ -94,7 +98,7 @@ def defer_aiohttp() -> bool:
     """
     if TRANSPORT in sys.modules or "aiohttp" in sys.modules:
         return False
-    if any(isinstance(finder, _TransportFinder) for finder in sys.meta_path):
+    if any(isinstance(finder, _TransportFinder) and not finder.done for finder in sys.meta_path):
         return True
     if importlib.util.find_spec("aiohttp") is None:
         return False
