@@ -12,7 +12,6 @@ logging, the error types it translates) is imported when a command runs.
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 import traceback
@@ -137,7 +136,7 @@ def cli(ctx: click.Context, data_dir: Path | None, nats_url: str | None, json_lo
     from streams.config import NatsSettings
     from streams.server import EmbeddedServer
 
-    configure_logging(json=json_logs, level=logging.DEBUG if debug else logging.INFO)
+    configure_logging(json=json_logs, level="DEBUG" if debug else "INFO")
     settings = NatsSettings.from_env(data_dir=data_dir, url=nats_url or None)
     EmbeddedServer(settings.data_dir).check()  # a data dir another user planted: refused before anything is written
     ctx.obj = App(settings=settings, debug=debug, json_logs=json_logs)
