@@ -12,14 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import structlog
 from rich.console import Console
 
-from projections.base import Projection
-from projections.registry import projection
 from schemas.envelope import Record
 from schemas.errors import HxError
 from schemas.event import event_types
@@ -28,6 +26,9 @@ from streams.connection import Connection, connect
 from streams.log import EventLog
 from streams.private import private_dir
 from streams.topology import check_run_id
+
+if TYPE_CHECKING:
+    from projections.base import Projection
 
 T = TypeVar("T")
 EXIT_TERMINATED = 143
@@ -114,6 +115,8 @@ def iso_time(time_ns: int) -> str | None:
 
 def named_projection(name: str) -> Projection[Any]:
     """A fresh instance of a registered projection, or an ``HxError`` listing the known ones."""
+    from projections.registry import projection  # the registry (and its plugin loader) only for the commands using it
+
     try:
         return projection(name)
     except KeyError as exc:
@@ -150,6 +153,14 @@ async def follow_records(event_log: EventLog, stream: str, *, start: int, subjec
             # An idle fetch's timeout is handled inside EventLog.subscribe; one creating or inspecting
             # the consumer (a busy or restarting server) still gets out: subscribe again from here.
             log.debug("subscription timed out while idle; resubscribing", stream=stream, start=next_seq)
+
+
+def check_round_or_stage(round_: int | None, stage: int | None, *, required: bool) -> None:
+    """``--round`` and ``--stage`` exclude each other (and one is needed when ``required``)."""
+    if round_ is not None and stage is not None:
+        raise click.UsageError("--round (a trace round) and --stage (an evolution round) exclude each other")
+    if required and round_ is None and stage is None:
+        raise click.UsageError("pass --round N (a trace round) or --stage N (an evolution round's main rollouts)")
 
 
 def run_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -10,6 +10,7 @@ import click
 import msgspec
 
 from hx.cli._app import App, check_event_types, follow_records, iso_time, pass_app, quarantine_note, run
+from hx.cli.integrity import accept_loss, verify
 from schemas.envelope import Record
 from schemas.event import Event
 from schemas.history import HistoryResolver
@@ -91,6 +92,10 @@ def filter_options(fn: F) -> F:
 @click.group("log")
 def log_group() -> None:
     """Read the event log."""
+
+
+log_group.add_command(verify)
+log_group.add_command(accept_loss)
 
 
 @log_group.command("dump")

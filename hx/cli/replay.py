@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 import hx.environments  # noqa: F401 - registers the benchmark adapters a live environment is rebuilt from
-from hx.cli._app import App, pass_app, run, run_id_option
+from hx.cli._app import App, check_round_or_stage, pass_app, run, run_id_option
 from hx.cli._specs import check_spec_option
 from hx.harness.config import HarnessConfig
 from hx.replay.fork import ForkReport, fork_attempt
@@ -38,14 +38,6 @@ async def trace_rounds(log: EventLog, run_id: str, round_: int | None, stage: in
     if stage is None:
         return [] if round_ is None else [round_]
     return [started.round for started in await stage_rounds(log, run_id, stage)]
-
-
-def check_round_or_stage(round_: int | None, stage: int | None, *, required: bool) -> None:
-    """``--round`` and ``--stage`` exclude each other (and one is needed when ``required``)."""
-    if round_ is not None and stage is not None:
-        raise click.UsageError("--round (a trace round) and --stage (an evolution round) exclude each other")
-    if required and round_ is None and stage is None:
-        raise click.UsageError("pass --round N (a trace round) or --stage N (an evolution round's main rollouts)")
 
 
 @click.command("replay")

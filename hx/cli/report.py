@@ -17,7 +17,6 @@ from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.replay.audit import verified_ledger
 from hx.report.data import ReportData, learner_records
 from hx.report.errors import ReportError
-from hx.report.figures import figures
 from hx.report.html import report_files
 
 REPORTS = Path("reports")
@@ -37,6 +36,8 @@ def report_command(app: App, run_id: str, out: Path | None) -> None:
     HX_LEDGER and its learner records on HX_LEARN. The same log gives the same bytes;
     files of the same names in DIR are replaced.
     """
+    from hx.report.figures import figures  # matplotlib (0.2 s) only when a report is drawn, not for --help
+
     target = out if out is not None else REPORTS / run_id
     check_target(target)
     data = run(_gather(app, run_id))

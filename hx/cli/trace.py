@@ -8,8 +8,7 @@ import sys
 import click
 import msgspec
 
-from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
-from hx.cli.replay import check_round_or_stage
+from hx.cli._app import App, check_round_or_stage, pass_app, quarantine_note, run, run_id_option
 from hx.replay.logged import describe_round
 from hx.replay.transcript import Choice, Step, ToolStep, Transcript, Trigger, read_transcript
 from schemas.messages import Message, ToolCall

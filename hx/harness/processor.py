@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Union, get_args, get_origin
 import msgspec
 
 from hx.harness.errors import CompositionError
+from hx.harness.libraries import load_libraries
 from schemas.hooks import HOOK_NAMES, HOOK_OF, HookName, HookPayload
 
 PRE = 0
@@ -122,6 +123,9 @@ def register(cls: type[Processor]) -> type[Processor]:
 def processor_type(name: str) -> type[Processor]:
     """Find a processor type by registry name or ``module:Class`` path (importing the module)."""
     cls = _REGISTRY.get(name)
+    if cls is None:
+        load_libraries()  # the library's short names are known once it is imported
+        cls = _REGISTRY.get(name)
     if cls is not None:
         return cls
     module, sep, qualname = name.partition(":")
@@ -148,5 +152,6 @@ def build(name: str, params: dict[str, Any]) -> Processor:
 
 
 def registered() -> dict[str, type[Processor]]:
-    """Every registered processor type by name."""
+    """Every registered processor type by name (the added processor libraries imported first)."""
+    load_libraries()
     return dict(sorted(_REGISTRY.items()))

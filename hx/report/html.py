@@ -10,10 +10,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
 from hx.report.data import ReportData
-from hx.report.figures import Plot
 from schemas.ledger import GameScore
+
+if TYPE_CHECKING:  # the figures module imports matplotlib (0.2 s); the page only takes its drawn plots
+    from hx.report.figures import Plot
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1180px;
