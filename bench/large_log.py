@@ -54,6 +54,14 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from projections.base import Projection
+from projections.runner import ProjectionRunner
+from projections.trace_store import TraceStore
+from schemas.envelope import Record
+from schemas.lifecycle import AttemptFinished
+from streams.config import NatsSettings
+from streams.connection import connect
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BASE = "272f197"
 PART_EVENTS = 1_000_000
@@ -65,67 +73,63 @@ MARKER = "large_log.json"
 
 
 # --- the subprocess side: what runs inside one measurement -------------------------------------------------
-# Imports of hx's packages happen here only, so the tree on PYTHONPATH (this one or the base) is the one timed.
+# Every measurement is a subprocess with the timed tree (this one or the base) first on PYTHONPATH, so these
+# imports are that tree's.
 
-def child(kind: str, data_dir: Path, run_id: str, stop: int) -> dict[str, Any]:
-    """One measured fold in this process: ``narrow`` (PassCount), ``full`` or ``part`` (TraceStore to ``stop``)."""
-    from projections.base import Projection
-    from projections.runner import ProjectionRunner
-    from projections.trace_store import TraceStore
-    from schemas.envelope import Record
-    from schemas.lifecycle import AttemptFinished
-    from streams.config import NatsSettings
-    from streams.connection import connect
+class PassTally(msgspec.Struct):
+    """Attempts finished and passed on the log, and the first task of the measured run (for ``hx trace``)."""
 
-    class PassTally(msgspec.Struct):
-        """Attempts finished and passed on the log, and the first task of the measured run (for ``hx trace``)."""
+    finished: int = 0
+    passed: int = 0
+    task: str = ""
 
-        finished: int = 0
-        passed: int = 0
-        task: str = ""
 
-    class PassCount(Projection[PassTally]):
-        """A plugin read model that declares it reads only ``attempt.finished``: counts passes."""
+class PassCount(Projection[PassTally]):
+    """A plugin read model that declares it reads only ``attempt.finished``: counts passes.
 
-        name: ClassVar[str] = "bench_pass_count"
-        reads: ClassVar[frozenset[str]] = frozenset({"attempt.finished"})
-        state_type = PassTally
+    Also a plugin as a user loads one: ``hx projections rebuild bench/large_log.py:PassCount``.
+    """
 
-        def __init__(self, run: str) -> None:
-            self.run = run
+    name: ClassVar[str] = "bench_pass_count"
+    reads: ClassVar[frozenset[str]] = frozenset({"attempt.finished"})
+    state_type = PassTally
 
-        def initial(self) -> PassTally:
-            return PassTally()
+    def __init__(self, run: str = "") -> None:
+        self.run = run
 
-        def fold(self, state: PassTally, record: Record) -> PassTally:
-            ev = record.event
-            if isinstance(ev, AttemptFinished):
-                state.finished += 1
-                state.passed += ev.passed
-                if not state.task and ev.run_id == self.run:
-                    state.task = ev.task_id
-            return state
+    def initial(self) -> PassTally:
+        """No attempt yet."""
+        return PassTally()
 
-    async def fold() -> dict[str, Any]:
-        async with connect(NatsSettings(data_dir=data_dir)) as conn:
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            proj = PassCount(run_id) if kind == "narrow" else TraceStore()
-            runner: ProjectionRunner[Any] = ProjectionRunner(conn.log, proj)
-            last = await conn.log.last_seq(proj.stream)
-            began = time.perf_counter()
-            if kind == "part":
-                runner.restart()
-                await runner.catch_up(stop=stop)
-            else:
-                await runner.rebuild()
-            seconds = time.perf_counter() - began
-            out: dict[str, Any] = {"seconds": seconds, "applied": runner.applied, "last": last,
-                                   "position": runner.position[0], "rss_before_kb": before}
-            if isinstance(runner.state, PassTally):
-                out.update(finished=runner.state.finished, passed=runner.state.passed, task=runner.state.task)
-            return out
+    def fold(self, state: PassTally, record: Record) -> PassTally:
+        """Count a finished attempt, and whether it passed."""
+        ev = record.event
+        if isinstance(ev, AttemptFinished):
+            state.finished += 1
+            state.passed += ev.passed
+            if not state.task and ev.run_id == self.run:
+                state.task = ev.task_id
+        return state
 
-    out = asyncio.run(fold())
+
+async def fold(kind: str, data_dir: Path, run_id: str, stop: int) -> dict[str, Any]:
+    """One measured fold: ``narrow`` (PassCount), ``full`` or ``part`` (TraceStore to ``stop``)."""
+    async with connect(NatsSettings(data_dir=data_dir)) as conn:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        proj = PassCount(run_id) if kind == "narrow" else TraceStore()
+        runner: ProjectionRunner[Any] = ProjectionRunner(conn.log, proj)
+        last = await conn.log.last_seq(proj.stream)
+        began = time.perf_counter()
+        if kind == "part":
+            runner.restart()
+            await runner.catch_up(stop=stop)
+        else:
+            await runner.rebuild()
+        seconds = time.perf_counter() - began
+        out: dict[str, Any] = {"seconds": seconds, "applied": runner.applied, "last": last,
+                               "position": runner.position[0], "rss_before_kb": before}
+        if isinstance(runner.state, PassTally):
+            out.update(finished=runner.state.finished, passed=runner.state.passed, task=runner.state.task)
     out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return out
 
@@ -204,7 +208,7 @@ def hx(tree: Tree, log: Log, *args: str) -> float:
 
 
 def measured_child(tree: Tree, log: Log, kind: str, stop: int = 0) -> dict[str, Any]:
-    """Run ``child`` in a fresh subprocess of this script with ``tree`` on PYTHONPATH; its JSON result."""
+    """Run ``fold`` in a fresh subprocess of this script with ``tree`` on PYTHONPATH; its JSON result."""
     _, out = run_cmd(tree, [sys.executable, str(Path(__file__).resolve()), "--child", kind,
                             "--data-dir", str(log.data_dir), "--run", log.run_id, "--stop", str(stop)])
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -426,6 +430,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     opts = parse()
     if opts.child:
-        print(json.dumps(child(opts.child, Path(opts.data_dir), opts.run, opts.stop)))
+        print(json.dumps(asyncio.run(fold(opts.child, Path(opts.data_dir), opts.run, opts.stop))))
         sys.exit(0)
     sys.exit(main(opts))
