@@ -335,7 +335,8 @@ def show(fig: Figures) -> None:
     beyond, narrow = fig.beyond, statistics.median(fig.narrow)
     print(f"  hx projections rebuild task_history  {statistics.median(fig.rebuild):7.2f} s  - start-up floor "
           f"(hx projections status task_history) {statistics.median(fig.floor):.2f} s = fold beyond start-up "
-          f"{beyond:.2f} s  (goal <= {GOAL_NARROW_S}): {verdict(beyond <= GOAL_NARROW_S)}")
+          f"{beyond:.2f} s  (goal <= {GOAL_NARROW_S}): {verdict(beyond <= GOAL_NARROW_S)}  [medians of "
+          f"{len(fig.rebuild)}; best rebuild - best status {min(fig.rebuild) - min(fig.floor):.2f} s]")
     print(f"  PassCount (reads attempt.finished) fold, ProjectionRunner.rebuild()  {narrow:.3f} s  "
           f"(goal <= {GOAL_NARROW_S}): {verdict(narrow <= GOAL_NARROW_S)}  [median of {len(fig.narrow)}]")
     print(f"  hx trace {fig.tally['task']}  {statistics.median(fig.trace):.2f} s  [median of 5, best "
