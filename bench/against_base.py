@@ -110,6 +110,8 @@ class Runs:
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     seconds: dict[str, list[float]] = field(default_factory=dict)
+    loads: list[float] = field(default_factory=list)
+    """The 1-minute load average at the start and end of each run."""
 
 
 def run_once(bench: Bench, tree: Tree, raw: Path, n: int, runs: Runs) -> float:
@@ -119,11 +121,13 @@ def run_once(bench: Bench, tree: Tree, raw: Path, n: int, runs: Runs) -> float:
     if not script.exists():
         runs.failed.append(f"{tree.label}: {bench.argv[0]} is not in that tree")
         return 0.0
+    runs.loads.append(os.getloadavg()[0])
     began = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(tree.root)}
     done = subprocess.run([sys.executable, *bench.argv], cwd=tree.root, env=env, capture_output=True, text=True,
                           check=False)
     seconds = time.perf_counter() - began
+    runs.loads.append(os.getloadavg()[0])
     out.write_text(done.stdout + ("\n--- stderr ---\n" + done.stderr if done.stderr else ""))
     runs.seconds.setdefault(tree.label, []).append(seconds)
     if done.returncode != 0:
@@ -214,6 +218,12 @@ def main(args: argparse.Namespace) -> int:
     clean = table(all_runs, base, now, args.tolerance)
     print(f"\n  noise: the larger of --tolerance ({args.tolerance:.0%}) and the figure's relative spread over each "
           "tree's runs; 'no worse' = not worse than base by more than the noise")
+    loads = [x for runs in all_runs for x in runs.loads]
+    cores = os.cpu_count() or 1
+    if loads:
+        print(f"  load average (1 min) around the runs: {min(loads):.2f} to {max(loads):.2f} on {cores} cores"
+              + ("" if max(loads) <= cores else "; above the cores, other processes took CPU from the benches: a "
+                 "judgement can be off (an A/A run, --base HEAD, shows how far on this machine)"))
     print(f"  raw output kept in {raw}")
     print(f"\ntotal {time.perf_counter() - started:.0f} s; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
