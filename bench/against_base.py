@@ -187,6 +187,7 @@ def table(all_runs: list[Runs], base: Tree, now: Tree, tolerance: float) -> bool
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run every bench from both trees, alternating; print the table."""
     started = time.perf_counter()
     print(f"hx benches against a base, {time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores, Python "
           f"{sys.version.split()[0]}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)

@@ -144,6 +144,7 @@ class Tree:
     root: Path
 
     def env(self) -> dict[str, str]:
+        """The environment of a subprocess running this tree's code."""
         return {**os.environ, "PYTHONPATH": str(self.root)}
 
 
@@ -172,14 +173,17 @@ class Figures:
 
     @property
     def beyond(self) -> float:
+        """Seconds ``hx projections rebuild task_history`` takes beyond the start-up floor (medians)."""
         return statistics.median(self.rebuild) - statistics.median(self.floor)
 
     @property
     def rate(self) -> float:
+        """Events per second of the full trace_store fold."""
         return float(self.full["applied"]) / float(self.full["seconds"])
 
     @property
     def memory(self) -> float:
+        """Peak RSS of the full fold over the stopped fold's."""
         return float(self.full["maxrss_kb"]) / float(self.part["maxrss_kb"])
 
     def headline(self) -> dict[str, float]:
@@ -324,6 +328,7 @@ def measure(tree: Tree, log: Log, repeat: int, part: int) -> Figures:
 
 
 def verdict(ok: bool) -> str:
+    """How a figure stands against its goal."""
     return "ok" if ok else "MISSES THE GOAL"
 
 
@@ -371,6 +376,7 @@ def base_worktree(ref: str, where: Path) -> Tree:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Make or reuse the logs, take every tree's figures, print them."""
     started = time.perf_counter()
     print(f"hx large-log bench, {time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores, Python "
           f"{sys.version.split()[0]}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
