@@ -11,9 +11,10 @@ Run from the repository root::
     python bench/large_log.py --data-dir D --base REF
 
 The log is an ``hx evolve`` run (``random:`` agent, two games) sized by ``--attempts``
-(3,000 attempts are about 4M trace events). While one tree's figures are taken, that tree's
+(3,000 attempts are about 3.7M trace events). While a tree's figures are taken, that tree's
 ``hx server`` holds the data dir's nats-server, so every command joins a running server; each
-figure comes from a fresh subprocess (start-up and memory are per measurement):
+figure comes from a fresh subprocess (start-up and memory are per measurement), and with a base
+the trees alternate figure by figure (base, now, base, now), so a change of load hits both:
 
 1. ``hx projections rebuild task_history`` (wall) minus the start-up floor, ``hx projections status
    task_history`` (wall): the fold time beyond start-up (goal <= 0.5 s);
@@ -294,37 +295,60 @@ def make_log(tree: Tree, data_dir: Path, attempts: int) -> Log:
     return Log(tree.label, data_dir, run_id)
 
 
-def measure(tree: Tree, log: Log, repeat: int, part: int) -> Figures:
-    """Every figure of ``tree`` on ``log``, its own ``hx server`` held meanwhile."""
-    fig = Figures(tree.label, log.label)
-    began = time.perf_counter()
-
-    def say(what: str) -> None:
-        print(f"  [{tree.label} on {log.label}'s log] {what} ({time.perf_counter() - began:.0f} s)", flush=True)
-
-    with HeldServer(tree, log.data_dir):
-        for _ in range(repeat):  # alternating, so drift hits both
-            fig.floor.append(hx(tree, log, "projections", "status", "task_history"))
-            fig.rebuild.append(hx(tree, log, "projections", "rebuild", "task_history"))
-        say(f"hx projections rebuild task_history {statistics.median(fig.rebuild):.2f} s, status "
+def commands(tree: Tree, log: Log, fig: Figures, repeat: int, part: int) -> str:
+    """``hx projections rebuild task_history`` and its start-up floor, alternating."""
+    for _ in range(repeat):
+        fig.floor.append(hx(tree, log, "projections", "status", "task_history"))
+        fig.rebuild.append(hx(tree, log, "projections", "rebuild", "task_history"))
+    return (f"hx projections rebuild task_history {statistics.median(fig.rebuild):.2f} s, status "
             f"{statistics.median(fig.floor):.2f} s")
-        for _ in range(repeat):
-            fig.tally = measured_child(tree, log, "narrow")
-            fig.narrow.append(fig.tally["seconds"])
-        say(f"PassCount fold {statistics.median(fig.narrow):.3f} s: {fig.tally['finished']:,} attempt.finished "
+
+
+def narrow(tree: Tree, log: Log, fig: Figures, repeat: int, part: int) -> str:
+    """The PassCount fold, ``repeat`` times."""
+    for _ in range(repeat):
+        fig.tally = measured_child(tree, log, "narrow")
+        fig.narrow.append(fig.tally["seconds"])
+    if not fig.tally["task"]:
+        raise SystemExit(f"[{tree.label}] no attempt.finished of run {log.run_id} on {log.data_dir}")
+    return (f"PassCount fold {statistics.median(fig.narrow):.3f} s: {fig.tally['finished']:,} attempt.finished "
             f"read, {fig.tally['passed']:,} passed")
-        if not fig.tally["task"]:
-            raise SystemExit(f"[{tree.label}] no attempt.finished of run {log.run_id} on {log.data_dir}")
-        fig.trace = [hx(tree, log, "trace", log.run_id, fig.tally["task"]) for _ in range(5)]
-        say(f"hx trace {log.run_id} {fig.tally['task']}: {statistics.median(fig.trace):.2f} s")
-        fig.full = measured_child(tree, log, "full")
-        say(f"full trace_store fold: {fig.full['applied']:,} events in {fig.full['seconds']:.1f} s")
-        # The sequence where about ``part`` events have been read, from the full fold's events per message.
-        target = min(part, fig.full["applied"] // 4)
-        stop = max(1, math.ceil(fig.full["last"] * target / max(1, fig.full["applied"])))
-        fig.part = measured_child(tree, log, "part", stop)
-        say(f"trace_store fold to seq {stop:,}: {fig.part['applied']:,} events")
-    return fig
+
+
+def trace(tree: Tree, log: Log, fig: Figures, repeat: int, part: int) -> str:
+    """``hx trace RUN TASK`` five times (the task PassCount found)."""
+    fig.trace = [hx(tree, log, "trace", log.run_id, fig.tally["task"]) for _ in range(5)]
+    return f"hx trace {log.run_id} {fig.tally['task']}: {statistics.median(fig.trace):.2f} s"
+
+
+def full(tree: Tree, log: Log, fig: Figures, repeat: int, part: int) -> str:
+    """The full trace_store fold, then the one stopped where about ``part`` events have been read."""
+    fig.full = measured_child(tree, log, "full")
+    # The sequence where about ``part`` events have been read, from the full fold's events per message.
+    target = min(part, fig.full["applied"] // 4)
+    stop = max(1, math.ceil(fig.full["last"] * target / max(1, fig.full["applied"])))
+    fig.part = measured_child(tree, log, "part", stop)
+    return (f"full trace_store fold: {fig.full['applied']:,} events in {fig.full['seconds']:.1f} s; to seq "
+            f"{stop:,}: {fig.part['applied']:,} events")
+
+
+STEPS = (commands, narrow, trace, full)
+"""The measurements, in order (``trace`` needs the task ``narrow`` found)."""
+
+
+def measure(pairs: list[tuple[Tree, Log]], repeat: int, part: int) -> list[Figures]:
+    """Every figure of each (tree, log), step by step, the trees alternating within a step so drift hits all.
+
+    Each step of a tree runs while that tree's own ``hx server`` holds the log's data dir.
+    """
+    figs = [Figures(tree.label, log.label) for tree, log in pairs]
+    for step in STEPS:
+        for (tree, log), fig in zip(pairs, figs, strict=True):
+            began = time.perf_counter()
+            with HeldServer(tree, log.data_dir):
+                said = step(tree, log, fig, repeat, part)
+            print(f"  [{tree.label} on {log.label}'s log] {said} ({time.perf_counter() - began:.0f} s)", flush=True)
+    return figs
 
 
 def verdict(ok: bool) -> str:
@@ -335,7 +359,8 @@ def verdict(ok: bool) -> str:
 def show(fig: Figures) -> None:
     """One tree's figures on one log, the goals beside them."""
     full, part = fig.full, fig.part
-    print(f"\n{fig.tree} tree on the log {fig.log} made: {full['applied']:,} trace events in {full['last']:,} "
+    where = "the given log" if fig.log == "given" else f"the log {fig.log} made"
+    print(f"\n{fig.tree} tree on {where}: {full['applied']:,} trace events in {full['last']:,} "
           f"messages; {fig.tally['finished']:,} attempt.finished events read by PassCount")
     beyond, narrow = fig.beyond, statistics.median(fig.narrow)
     print(f"  hx projections rebuild task_history  {statistics.median(fig.rebuild):7.2f} s  - start-up floor "
@@ -396,13 +421,13 @@ def main(args: argparse.Namespace) -> int:
                 logs["base"] = make_log(base, data / f"base-{args.base}", args.attempts)
         print(flush=True)
         if base is None:
-            show(measure(now, logs["now"], args.repeat, args.part))
+            show(measure([(now, logs["now"])], args.repeat, args.part)[0])
         else:
-            on_base = [measure(tree, logs["base"], args.repeat, args.part) for tree in (base, now)]
-            own = on_base[1] if args.run else measure(now, logs["now"], args.repeat, args.part)
-            for fig in (*on_base, *([] if args.run else [own])):
+            pairs = [(base, logs["base"]), (now, logs["base"])] + ([] if args.run else [(now, logs["now"])])
+            figs = measure(pairs, args.repeat, args.part)
+            for fig in figs:
                 show(fig)
-            compare(*on_base)
+            compare(figs[0], figs[1])
             print("\n  The goals are read on the 'now tree on its own log' figures; the ratios compare both trees "
                   "on the log the base tree made.")
         if not args.data_dir:
