@@ -69,6 +69,8 @@ PART_EVENTS = 1_000_000
 GOAL_NARROW_S = 0.5
 GOAL_RATE = 300_000
 GOAL_MEMORY = 1.5
+CODE = ("hx", "streams", "projections", "schemas")
+"""The packages whose last commit a made log records."""
 MARKER = "large_log.json"
 """What a made log's directory holds beside ``nats/``: its run, the options and how long making it took."""
 
@@ -267,10 +269,17 @@ def evolve_options(attempts: int) -> list[str]:
 def make_log(tree: Tree, data_dir: Path, attempts: int) -> Log:
     """The run ``tree`` made in ``data_dir`` (made now with ``hx evolve`` unless its marker says it is there)."""
     marker = data_dir / MARKER
+    # The last commit of the code that writes the log (a commit of bench/ alone does not make it stale).
+    commit = subprocess.run(["git", "-C", str(tree.root), "log", "-1", "--format=%h", "--", *CODE],
+                            capture_output=True, text=True, check=False).stdout.strip()
     if marker.exists():
         made = json.loads(marker.read_text())
+        by = made.get("commit", "?")
         print(f"  [{tree.label}] reusing {data_dir} (run {made['run']}, {made['options']}, made in "
-              f"{made['seconds']:.0f} s)", flush=True)
+              f"{made['seconds']:.0f} s by {by})", flush=True)
+        if by != commit:
+            print(f"  [{tree.label}] note: the tree's code is at {commit} now; remove {data_dir} to make its log again",
+                  flush=True)
         return Log(tree.label, data_dir, made["run"])
     shutil.rmtree(data_dir, ignore_errors=True)  # a half-made log (no marker) is made again
     data_dir.mkdir(parents=True)
@@ -290,7 +299,8 @@ def make_log(tree: Tree, data_dir: Path, attempts: int) -> Log:
     seconds = time.perf_counter() - began
     if proc.returncode != 0:
         raise SystemExit(f"[{tree.label}] hx evolve exited {proc.returncode}:\n" + "\n".join(tail))
-    marker.write_text(json.dumps({"run": run_id, "options": " ".join(options), "seconds": seconds}))
+    marker.write_text(json.dumps({"run": run_id, "options": " ".join(options), "seconds": seconds,
+                                  "commit": commit}))
     print(f"  [{tree.label}] made run {run_id} in {seconds:.0f} s", flush=True)
     return Log(tree.label, data_dir, run_id)
 
