@@ -794,7 +794,7 @@ async def test_trace_store_summarises_each_attempt(conn: Connection, written: Lo
         assert trace.reason == ("sandbox lost" if plan.status == "infra_failure" else "")
         assert trace.verifier_passed == (plan.verifier[0] if plan.verifier is not None else None)
         assert (trace.harness_digest, trace.model) == (f"h{plan.round}", f"model-{plan.attempt % 2}")
-        own = [r.seq for r in summaries if r.subject.startswith(f"{plan.subject}.")]
+        own = [r.seq for r in summaries if r.subject == plan.subject]
         assert (trace.first_seq, trace.last_seq) == (own[0], own[-1])
 
 
