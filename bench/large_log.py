@@ -21,7 +21,8 @@ the trees alternate figure by figure (base, now, base, now), so a change of load
 2. ``PassCount``, a plugin projection defined here that reads only ``attempt.finished``, folded with
    ``ProjectionRunner(log, PassCount()).rebuild()``: the fold's own wall (goal <= 0.5 s);
 3. ``hx trace RUN TASK`` of one attempt (wall, median of 5);
-4. ``ProjectionRunner(log, TraceStore()).rebuild()``, checkpoints as the runner makes them: events/s
+4. ``ProjectionRunner(log, TraceStore()).rebuild()`` (it reads only the attempts' summary channels), the log's
+   events over its wall as events/s, and a fold reading and decoding every event (``TypeCount``): events/s
    (goal >= 300,000) and the subprocess's peak RSS (``ru_maxrss``); then the same fold stopped
    (``catch_up(stop=seq)``) where about ``--part`` events (1M; a quarter of a smaller log) have been
    read, the sequence taken from the full fold's events per message: peak(all) / peak(part)
@@ -115,15 +116,34 @@ class PassCount(Projection[PassTally]):
         return state
 
 
+class TypeCount(Projection[dict[str, int]]):
+    """Events of each type over the whole trace: a fold that reads (and decodes) every event, with a state
+    that does not grow with the log."""
+
+    name: ClassVar[str] = "bench_type_count"
+    state_type = dict[str, int]
+
+    def initial(self) -> dict[str, int]:
+        """Nothing counted."""
+        return {}
+
+    def fold(self, state: dict[str, int], record: Record) -> dict[str, int]:
+        """Count the record under its type."""
+        state[record.type] = state.get(record.type, 0) + 1
+        return state
+
+
 async def fold(kind: str, data_dir: Path, run_id: str, stop: int) -> dict[str, Any]:
-    """One measured fold: ``narrow`` (PassCount), ``full`` or ``part`` (TraceStore to ``stop``)."""
+    """One measured fold: ``narrow`` (PassCount), ``every``/``every_part`` (TypeCount, reading every event, all
+    of the log or to ``stop``), ``full``/``part`` (TraceStore, all of the log or to ``stop``)."""
     async with connect(NatsSettings(data_dir=data_dir)) as conn:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        proj = PassCount(run_id) if kind == "narrow" else TraceStore()
+        proj: Projection[Any] = (PassCount(run_id) if kind == "narrow" else
+                                 TypeCount() if kind.startswith("every") else TraceStore())
         runner: ProjectionRunner[Any] = ProjectionRunner(conn.log, proj)
         last = await conn.log.last_seq(proj.stream)
         began = time.perf_counter()
-        if kind == "part":
+        if kind in ("part", "every_part"):
             runner.restart()
             await runner.catch_up(stop=stop)
         else:
@@ -173,6 +193,8 @@ class Figures:
     tally: dict[str, Any] = field(default_factory=dict)
     full: dict[str, Any] = field(default_factory=dict)
     part: dict[str, Any] = field(default_factory=dict)
+    every: dict[str, Any] = field(default_factory=dict)
+    every_part: dict[str, Any] = field(default_factory=dict)
 
     @property
     def beyond(self) -> float:
@@ -180,23 +202,39 @@ class Figures:
         return statistics.median(self.rebuild) - statistics.median(self.floor)
 
     @property
+    def events(self) -> int:
+        """The log's trace events (what the every-event fold read)."""
+        return int(self.every["applied"])
+
+    @property
     def rate(self) -> float:
-        """Events per second of the full trace_store fold."""
-        return float(self.full["applied"]) / float(self.full["seconds"])
+        """Log events per second of the full trace_store fold (it reads only what its state needs)."""
+        return float(self.events) / float(self.full["seconds"])
+
+    @property
+    def every_rate(self) -> float:
+        """Events per second of a fold that reads and decodes every event."""
+        return float(self.every["applied"]) / float(self.every["seconds"])
 
     @property
     def memory(self) -> float:
-        """Peak RSS of the full fold over the stopped fold's."""
+        """Peak RSS of the full trace_store fold over the stopped fold's."""
         return float(self.full["maxrss_kb"]) / float(self.part["maxrss_kb"])
+
+    @property
+    def every_memory(self) -> float:
+        """Peak RSS of the full every-event fold over the stopped one's."""
+        return float(self.every["maxrss_kb"]) / float(self.every_part["maxrss_kb"])
 
     def headline(self) -> dict[str, float]:
         """The figures compared between trees, each with lower is better."""
         return {"fold beyond start-up, hx projections rebuild task_history (s)": self.beyond,
                 "narrow fold, PassCount (s)": statistics.median(self.narrow),
                 "hx trace RUN TASK, median of 5 (s)": statistics.median(self.trace),
-                "full trace_store fold (s per 1M events)": 1e6 / self.rate,
+                "full trace_store fold (s per 1M log events)": 1e6 / self.rate,
                 "peak RSS, full trace_store fold (MB)": self.full["maxrss_kb"] / 1024,
-                "peak RSS ratio all/part": self.memory}
+                "peak RSS ratio all/part": self.memory,
+                "every-event fold (s per 1M events)": 1e6 / self.every_rate}
 
 
 def run_cmd(tree: Tree, argv: list[str]) -> tuple[float, str]:
@@ -332,14 +370,17 @@ def trace(tree: Tree, log: Log, fig: Figures, repeat: int, part: int) -> str:
 
 
 def full(tree: Tree, log: Log, fig: Figures, repeat: int, part: int) -> str:
-    """The full trace_store fold, then the one stopped where about ``part`` events have been read."""
+    """A fold of every event and the full trace_store fold, each also stopped where about ``part`` events lie."""
+    fig.every = measured_child(tree, log, "every")
+    # The sequence where about ``part`` events have been read, from the every-event fold's events per message.
+    target = min(part, fig.every["applied"] // 4)
+    stop = max(1, math.ceil(fig.every["last"] * target / max(1, fig.every["applied"])))
+    fig.every_part = measured_child(tree, log, "every_part", stop)
     fig.full = measured_child(tree, log, "full")
-    # The sequence where about ``part`` events have been read, from the full fold's events per message.
-    target = min(part, fig.full["applied"] // 4)
-    stop = max(1, math.ceil(fig.full["last"] * target / max(1, fig.full["applied"])))
     fig.part = measured_child(tree, log, "part", stop)
-    return (f"full trace_store fold: {fig.full['applied']:,} events in {fig.full['seconds']:.1f} s; to seq "
-            f"{stop:,}: {fig.part['applied']:,} events")
+    return (f"every-event fold: {fig.every['applied']:,} events in {fig.every['seconds']:.1f} s; full trace_store "
+            f"fold {fig.full['seconds']:.1f} s ({fig.full['applied']:,} events applied); to seq {stop:,}: "
+            f"{fig.every_part['applied']:,} events")
 
 
 STEPS = (commands, narrow, trace, full)
@@ -392,12 +433,18 @@ def show(fig: Figures) -> None:
           f"(goal <= {GOAL_NARROW_S}): {verdict(narrow <= GOAL_NARROW_S)}  [median of {len(fig.narrow)}]")
     print(f"  hx trace {fig.tally['task']}  {statistics.median(fig.trace):.2f} s  [median of 5, best "
           f"{min(fig.trace):.2f}]")
-    print(f"  trace_store full fold  {fig.rate:,.0f} events/s  (goal >= {GOAL_RATE:,}): "
-          f"{verdict(fig.rate >= GOAL_RATE)}  ({full['applied']:,} events in {full['seconds']:.1f} s)")
-    print(f"  peak RSS: all {full['maxrss_kb'] / 1024:,.0f} MB, to seq {part['position']:,} "
-          f"({part['applied']:,} events) {part['maxrss_kb'] / 1024:,.0f} MB (before the fold "
-          f"{full['rss_before_kb'] / 1024:,.0f} MB); ratio {fig.memory:.2f}  (goal <= {GOAL_MEMORY}): "
-          f"{verdict(fig.memory <= GOAL_MEMORY)}")
+    print(f"  trace_store full fold  {full['seconds']:.2f} s for the log's {fig.events:,} events = {fig.rate:,.0f} "
+          f"log events/s  (goal >= {GOAL_RATE:,}): {verdict(fig.rate >= GOAL_RATE)}  ({full['applied']:,} events "
+          "applied: it reads only the attempts' summary channels)")
+    print(f"  peak RSS of trace_store: all {full['maxrss_kb'] / 1024:,.0f} MB, to seq {part['position']:,} "
+          f"{part['maxrss_kb'] / 1024:,.0f} MB (before the fold {full['rss_before_kb'] / 1024:,.0f} MB); ratio "
+          f"{fig.memory:.2f}  (goal <= {GOAL_MEMORY}): {verdict(fig.memory <= GOAL_MEMORY)}")
+    every, every_part = fig.every, fig.every_part
+    print(f"  a fold that decodes every event (TypeCount)  {fig.every_rate:,.0f} events/s  (goal >= {GOAL_RATE:,}): "
+          f"{verdict(fig.every_rate >= GOAL_RATE)}  ({every['applied']:,} events in {every['seconds']:.1f} s); "
+          f"peak RSS all {every['maxrss_kb'] / 1024:,.0f} MB, to seq {every_part['position']:,} "
+          f"({every_part['applied']:,} events) {every_part['maxrss_kb'] / 1024:,.0f} MB; ratio "
+          f"{fig.every_memory:.2f}  (goal <= {GOAL_MEMORY}): {verdict(fig.every_memory <= GOAL_MEMORY)}")
 
 
 def compare(base: Figures, now: Figures) -> None:
@@ -472,7 +519,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"also time a worktree of REF (default {DEFAULT_BASE}) on a log it makes")
     p.add_argument("--repeat", type=int, default=3, help="runs of the rebuild, status and PassCount figures (median)")
     p.add_argument("--part", type=int, default=PART_EVENTS, help="events of the stopped fold (memory ratio)")
-    p.add_argument("--child", choices=("narrow", "full", "part"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("narrow", "full", "part", "every", "every_part"), help=argparse.SUPPRESS)
     p.add_argument("--stop", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.run and not args.data_dir:
