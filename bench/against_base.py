@@ -61,6 +61,9 @@ class Bench:
     name: str
     argv: tuple[str, ...]
     figures: tuple[Figure, ...]
+    same_script: bool = False
+    """Run this tree's script for both trees (only the library on PYTHONPATH differs): for a bench whose own
+    script changed with what it measures."""
 
 
 def _time_travel(projection: str) -> tuple[Figure, ...]:
@@ -80,9 +83,9 @@ BENCHES = (
     Bench("log_throughput", ("bench/log_throughput.py", "--quick"), (
         Figure("append_batch 1 event/msg (events/s)", rf"EventLog\.append_batch, frame_size=1\s+{NUMBER}", True),
         Figure("append_batch frame_size=64 (events/s)", rf"EventLog\.append_batch, frame_size=64\s+{NUMBER}", True),
-        Figure("TraceStore rebuild, framed (events/s)", rf"rebuild, framed: {NUMBER} events/s", True),
+        Figure("EventCounts rebuild, framed (events/s)", rf"rebuild, framed: {NUMBER} events/s", True),
         Figure("TaskHistory rebuild, framed (events/s)", rf"TaskHistory .*: {NUMBER} events/s", True),
-    )),
+    ), same_script=True),
     Bench("replay", ("bench/replay.py",), (
         Figure("random: live round (s)", rf"^random:, replay --env log\s+live\s+{NUMBER} s", False),
         Figure("replay --env log / live", rf"^random:, replay --env log .*ratio\s+{NUMBER}", False),
@@ -116,7 +119,7 @@ class Runs:
 
 def run_once(bench: Bench, tree: Tree, raw: Path, n: int, runs: Runs) -> float:
     """Run ``bench`` from ``tree`` once; keep its output under ``raw``; add its figures to ``runs``; its wall."""
-    script = tree.root / bench.argv[0]
+    script = (REPO if bench.same_script else tree.root) / bench.argv[0]
     out = raw / f"{bench.name}-{tree.label}-{n}.txt"
     if not script.exists():
         runs.failed.append(f"{tree.label}: {bench.argv[0]} is not in that tree")
@@ -124,8 +127,8 @@ def run_once(bench: Bench, tree: Tree, raw: Path, n: int, runs: Runs) -> float:
     runs.loads.append(os.getloadavg()[0])
     began = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(tree.root)}
-    done = subprocess.run([sys.executable, *bench.argv], cwd=tree.root, env=env, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run([sys.executable, str(script), *bench.argv[1:]], cwd=tree.root, env=env,
+                          capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - began
     runs.loads.append(os.getloadavg()[0])
     out.write_text(done.stdout + ("\n--- stderr ---\n" + done.stderr if done.stderr else ""))
