@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 
 import msgspec
 
 from schemas.errors import DecodeError, SchemaError
 from schemas.event import Event, event_type
+from schemas.frozen import reading_log
 
 HX_TYPE = "Hx-Type"
 HX_SCHEMA_VERSION = "Hx-Schema-Version"
@@ -169,7 +170,8 @@ def decode_body(type_name: str, version: int | str | None, body: bytes) -> Event
             raise DecodeError(f"event type {type_name!r} has schema version {version!r}; "
                               f"this hx reads {expected}")
     try:
-        return dec.decode(body)
+        with reading_log():
+            return dec.decode(body)
     except msgspec.DecodeError as exc:
         raise DecodeError(f"malformed {type_name!r} body: {exc}") from None
 
@@ -236,6 +238,15 @@ def _frame_records(subject: str, seq: int, time_ns: int, mono_ns: int, body: byt
     out: list[Record] = []
     append = out.append
     readers = _readers
+    with reading_log():  # values read back are not frozen for processors (schemas.frozen)
+        _append_records(items, subject, seq, time_ns, mono_ns, types, append, readers)
+    return out
+
+
+def _append_records(items: list[_FrameItem], subject: str, seq: int, time_ns: int, mono_ns: int,
+                    types: Container[str], append: Callable[[Record], None],
+                    readers: dict[str, tuple[msgspec.msgpack.Decoder[Event], type[Event]]]) -> None:
+    """The records of a frame's items, appended (the body of ``_frame_records``)."""
     for i, it in enumerate(items):
         t, v = it.type, it.version
         if types and t not in types:
@@ -253,7 +264,6 @@ def _frame_records(subject: str, seq: int, time_ns: int, mono_ns: int, body: byt
         else:
             append(Record(seq, i, subject, t, v, time_ns - it.ago_us * 1000, ev, mono_ns - it.mono_ago_us * 1000,
                           it.took_us * 1000, time_ns))
-    return out
 
 
 def _header_int(headers: Mapping[str, str], name: str) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 
 from schemas.event import JsonObject, Payload
-from schemas.frozen import freeze
+from schemas.frozen import FrozenDict, frozen_field
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -23,8 +23,9 @@ class ToolCall(Payload, frozen=True, kw_only=True):
     """Arguments, as JSON-compatible values: the shape is the tool's ``input_schema``, not hx's."""
 
     def __post_init__(self) -> None:
-        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "input", freeze(self.input))
+        # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
+        # payload again (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "input", frozen_field(self.input))
 
 
 class ToolSchema(Payload, frozen=True, kw_only=True):
@@ -36,8 +37,9 @@ class ToolSchema(Payload, frozen=True, kw_only=True):
     """A JSON Schema (open: JSON Schema is its own language)."""
 
     def __post_init__(self) -> None:
-        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "input_schema", freeze(self.input_schema))
+        # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
+        # payload again (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "input_schema", frozen_field(self.input_schema))
 
 
 class ToolResult(Payload, frozen=True, kw_only=True):
@@ -52,8 +54,9 @@ class ToolResult(Payload, frozen=True, kw_only=True):
     adapter has its own."""
 
     def __post_init__(self) -> None:
-        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "data", freeze(self.data))
+        # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
+        # payload again (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "data", frozen_field(self.data))
 
 
 class Message(Payload, frozen=True, kw_only=True):
@@ -120,5 +123,21 @@ class TaskSpec(Payload, frozen=True, kw_only=True):
     """What the benchmark adapter knows of the task (game, variation, level...): each adapter has its own."""
 
     def __post_init__(self) -> None:
-        # Frozen once here, when the value is made, built, replaced or decoded (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "meta", freeze(self.meta))
+        # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
+        # payload again (see schemas.frozen).
+        msgspec.structs.force_setattr(self, "meta", frozen_field(self.meta))
+
+
+_JSON_FIELD: dict[type, str] = {ToolCall: "input", ToolSchema: "input_schema", ToolResult: "data", TaskSpec: "meta"}
+"""The open JSON field of each value type that has one."""
+_Live = TypeVar("_Live", ToolCall, ToolSchema, ToolResult, TaskSpec)
+
+
+def refrozen(value: _Live) -> _Live:
+    """``value`` (a tool call, tool schema, tool result or task) with its JSON field frozen: a value read from the
+    log, as a replay feeds it to the run loop, is frozen where it enters a hook payload; a frozen one is returned
+    as is."""
+    field = _JSON_FIELD.get(type(value))
+    if field is None or type(getattr(value, field)) is FrozenDict:
+        return value
+    return msgspec.structs.replace(value, **{field: dict(getattr(value, field))})  # __post_init__ freezes it

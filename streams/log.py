@@ -358,7 +358,7 @@ class EventLog:
     async def read_chunks(self, stream: str = TRACE.name, *, start: int = 1, stop: int | None = None,
                           subjects: Sequence[str] = (), types: Iterable[str] = (),
                           batch: int = 1000) -> AsyncGenerator[list[Record], None]:
-        """``read``, a list of records at a time (what one fetch brought): for folds that loop tightly."""
+        """``read``, a list of records at a time (what one message held): for folds that loop tightly."""
         types = tuple(types)
         _, parts = await self._segments(stream, start, stop, subjects, types)
         for lo, hi, filters in parts:

@@ -68,7 +68,8 @@ async def consume(js: JetStreamContext, stream: str, start: int, subjects: Seque
 async def consume_chunks(js: JetStreamContext, stream: str, start: int, subjects: Sequence[str],
                          types: Iterable[str], batch: int, *, stop: int | None, timeout: float,
                          quarantine: Quarantine, until: asyncio.Event | None = None) -> AsyncIterator[list[Record]]:
-    """``consume``, one list of records per fetch (a fold loops over a list, not one generator step per event)."""
+    """``consume``, one list of records per message (a fold loops over a frame's list, not one generator step per
+    event)."""
     wanted = frozenset(types)
     config = ConsumerConfig(
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, start),
@@ -98,22 +99,18 @@ async def consume_chunks(js: JetStreamContext, stream: str, start: int, subjects
             if msgs:
                 mean = sum(len(m.data) for m in msgs) // len(msgs) + 1
                 size = max(1, min(batch, FETCH_BYTES // mean))
-            chunk: list[Record] = []
-            done = False
             for msg in msgs:
                 meta = msg.metadata
                 seq = meta.sequence.stream
                 if stop is not None and seq > stop:
-                    done = True
-                    break
-                chunk += decode(stream, msg.subject, seq, msg.headers, msg.data, quarantine, wanted)
+                    return
+                # One message's records at a time: a fetch of 8 MiB of deflated frames holds ~100k events,
+                # and decoding them all at once held them all (and made every garbage collection scan them).
+                records = decode(stream, msg.subject, seq, msg.headers, msg.data, quarantine, wanted)
+                if records:
+                    yield records
                 if stop is not None and (seq >= stop or meta.num_pending == 0):
-                    done = True
-                    break
-            if chunk:
-                yield chunk
-            if done:
-                return
+                    return
     finally:
         try:
             await sub.unsubscribe()

@@ -113,11 +113,17 @@ def type_name(event: Event) -> str:
     return type(event).TYPE
 
 
+def _kind(value: Any) -> type:
+    """A value's type for comparing, a frozen dict or list (a live value) the same as a plain one (read back)."""
+    kind = type(value)
+    return dict if issubclass(kind, dict) else list if issubclass(kind, list) else kind
+
+
 def first_difference(logged: Any, replayed: Any, path: str = "") -> tuple[str, Any, Any] | None:
     """The path of the first field where two values differ, with both values; None when they are equal."""
     if logged == replayed:
         return None
-    if type(logged) is not type(replayed):
+    if _kind(logged) is not _kind(replayed):
         return path, logged, replayed
     if isinstance(logged, msgspec.Struct):
         for name in logged.__struct_fields__:

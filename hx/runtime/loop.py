@@ -38,7 +38,7 @@ from schemas.hooks import (
     TaskStart,
 )
 from schemas.lifecycle import SCORED_STATUSES, AttemptFinished, AttemptStarted, AttemptStatus
-from schemas.messages import Message, ToolCall, ToolResult, ToolSchema
+from schemas.messages import Message, ToolCall, ToolResult, ToolSchema, refrozen
 from schemas.tools import ToolInvoked, ToolReturned, VerifierScore
 from streams.connection import connect
 from streams.log import EventLog
@@ -197,7 +197,9 @@ class _Attempt:
         first = await task.reset()
         self._drain_env()
         at_start = {name: tool.schema for name, tool in self.tools.items()}
-        start = TaskStart(task=task.spec, system_prompt=task.system_prompt, tools=tuple(at_start.values()))
+        # refrozen: a replay's task and tools come from the log, decoded as plain values (schemas.frozen)
+        start = TaskStart(task=refrozen(task.spec), system_prompt=task.system_prompt,
+                          tools=tuple(refrozen(t) for t in at_start.values()))
         started = await self.pipes["task_start"].run(start, 0)
         if not started:
             raise Interrupt("task_start was intercepted: the attempt did not start")
@@ -224,7 +226,7 @@ class _Attempt:
         for schema in offered:
             tool = self.tools.get(schema.name)
             current = tool.schema if tool is not None else schema
-            out.append(current if current != at_start.get(schema.name, current) else schema)
+            out.append(refrozen(current) if current != at_start.get(schema.name, current) else schema)
         # Unchanged: the same tuple, step after step, so consumers can cache by identity (the random provider).
         return offered if all(a is b for a, b in zip(out, offered, strict=True)) else tuple(out)
 
@@ -244,7 +246,7 @@ class _Attempt:
                 spec, completion = await self.router.complete(role, request.messages, request.tools, ctx,
                                                               self.tracer.emit)
                 answered = await self.pipes["after_model"].run(AfterModel(
-                    step=step, content=completion.content, tool_calls=completion.tool_calls,
+                    step=step, content=completion.content, tool_calls=tuple(refrozen(c) for c in completion.tool_calls),
                     stop_reason=completion.stop_reason, model=spec, usage=completion.usage), step)
                 calls: tuple[ToolCall, ...] = ()
                 offered = tuple(t.name for t in request.tools)
@@ -275,7 +277,7 @@ class _Attempt:
             if not req.approved:
                 result = ToolResult(call_id=req.call.id, name=req.call.name, output=BLOCKED, is_error=True)
             else:
-                result = await self._execute(step, req.call)
+                result = refrozen(await self._execute(step, req.call))  # a replay's result is read from the log
             returned = await self.pipes["after_tool"].run(AfterTool(step=step, call=req.call, result=result), step)
             for res in returned:
                 out += (Message(role="tool", content=res.result.output, tool_call_id=res.call.id,
