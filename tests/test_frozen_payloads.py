@@ -19,7 +19,7 @@ from hx.runtime.errors import ProcessorFailed
 from hx.runtime.pipeline import HookPipeline
 from schemas.errors import FrozenValueError
 from schemas.event import Event
-from schemas.frozen import FrozenDict, FrozenList, freeze
+from schemas.frozen import FrozenDict, FrozenList, freeze, reading_log
 from schemas.history import resolve_async
 from schemas.hooks import (
     HOOK_OF,
@@ -282,3 +282,39 @@ async def test_an_edit_in_place_in_a_run_interrupts_the_attempt(nats_url: str, i
         assert emitted.tools == (ACT,) and not any(isinstance(e, ModelRequest) for e in events)
     else:
         assert isinstance(emitted, BeforeTool) and emitted.call.input == {"action": "look"} and emitted.approved
+
+
+# --- values read back from the log: plain while read, frozen where a replay feeds them to the run loop -------
+
+
+def _as_read(value: Any) -> Any:
+    """``value`` as a reader gets it from the log (decoded there, so not frozen)."""
+    with reading_log():
+        return msgspec.msgpack.decode(msgspec.msgpack.encode(value), type=type(value))
+
+
+def test_values_read_from_the_log_are_left_as_decoded() -> None:
+    assert type(_as_read(ACT).input_schema) is dict and type(_as_read(CALL).input) is dict
+    assert type(_as_read(SPEC).meta) is dict  # reading a large log does not pay for freezing
+
+
+class LoggedGame(Game):
+    """The game with its task and tool as a replay reads them back from the log: decoded, not frozen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec = _as_read(SPEC)
+        self._tools = [FunctionTool(_as_read(ACT), lambda action, times=1: f"you {action}")]
+
+
+@pytest.mark.parametrize("index", [5, 8])
+async def test_values_from_the_log_are_frozen_where_they_enter_a_hook_payload(nats_url: str, index: int) -> None:
+    event, field, _ = EDITS[index]
+    hook: HookName = HOOK_OF[type(event)]
+    game = LoggedGame()
+    assert type(game.spec.meta) is dict and type(game.tools()[0].schema.input_schema) is dict
+    async with connect(NatsSettings(url=nats_url)) as conn:
+        agent = MODELS.agentic(HarnessConfig().attach(hook, InPlace(index=index)), log=conn.log)
+        result = await agent.run(game, run_id=f"logged-{index}", max_steps=3)
+    assert (result.status, result.passed) == ("interrupted", False)
+    assert f"processor {InPlace.type_name()!r} at hook {hook!r} tried to change {field!r}" in result.reason
