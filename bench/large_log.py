@@ -422,7 +422,7 @@ def show(fig: Figures) -> None:
     """One tree's figures on one log, the goals beside them."""
     full, part = fig.full, fig.part
     where = "the given log" if fig.log == "given" else f"the log {fig.log} made"
-    print(f"\n{fig.tree} tree on {where}: {full['applied']:,} trace events in {full['last']:,} "
+    print(f"\n{fig.tree} tree on {where}: {fig.events:,} trace events in {full['last']:,} "
           f"messages; {fig.tally['finished']:,} attempt.finished events read by PassCount")
     beyond, narrow = fig.beyond, statistics.median(fig.narrow)
     print(f"  hx projections rebuild task_history  {statistics.median(fig.rebuild):7.2f} s  - start-up floor "
