@@ -162,7 +162,14 @@ EMPTY = FrozenDict()
 """The empty frozen object, shared by every value whose JSON field is left at its default."""
 
 
-_reading = threading.local()
+class _Reading(threading.local):
+    depth = 0
+    """How many ``reading_log`` blocks this thread is in."""
+
+
+READING = _Reading()
+"""This thread's reading state (``READING.depth``: a value type's ``__post_init__`` tests it inline, the cheapest
+test on the hot path of every read)."""
 
 
 @contextmanager
@@ -174,19 +181,12 @@ def reading_log() -> Iterator[None]:
     value read from the log that does become a hook payload again (a replay feeds logged tool
     calls, results and tasks to the run loop) is frozen where it enters one (``refrozen``).
     """
-    depth = getattr(_reading, "depth", 0)
-    _reading.depth = depth + 1
+    depth = READING.depth
+    READING.depth = depth + 1
     try:
         yield
     finally:
-        _reading.depth = depth
-
-
-def frozen_field(value: Any) -> Any:
-    """What a value type's ``__post_init__`` stores: ``value`` frozen, unless it is being read from the log."""
-    if getattr(_reading, "depth", 0):
-        return value
-    return freeze(value)
+        READING.depth = depth
 
 
 def freeze(value: Any) -> Any:

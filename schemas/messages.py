@@ -7,7 +7,7 @@ from typing import Literal, TypeVar
 import msgspec
 
 from schemas.event import JsonObject, Payload
-from schemas.frozen import FrozenDict, frozen_field
+from schemas.frozen import READING, FrozenDict, freeze
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -25,7 +25,8 @@ class ToolCall(Payload, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
         # payload again (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "input", frozen_field(self.input))
+        if not READING.depth:
+            msgspec.structs.force_setattr(self, "input", freeze(self.input))
 
 
 class ToolSchema(Payload, frozen=True, kw_only=True):
@@ -39,7 +40,8 @@ class ToolSchema(Payload, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
         # payload again (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "input_schema", frozen_field(self.input_schema))
+        if not READING.depth:
+            msgspec.structs.force_setattr(self, "input_schema", freeze(self.input_schema))
 
 
 class ToolResult(Payload, frozen=True, kw_only=True):
@@ -56,7 +58,8 @@ class ToolResult(Payload, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
         # payload again (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "data", frozen_field(self.data))
+        if not READING.depth:
+            msgspec.structs.force_setattr(self, "data", freeze(self.data))
 
 
 class Message(Payload, frozen=True, kw_only=True):
@@ -125,7 +128,8 @@ class TaskSpec(Payload, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # Frozen once here, when the value is made or replaced; as read from the log only where it enters a hook
         # payload again (see schemas.frozen).
-        msgspec.structs.force_setattr(self, "meta", frozen_field(self.meta))
+        if not READING.depth:
+            msgspec.structs.force_setattr(self, "meta", freeze(self.meta))
 
 
 _JSON_FIELD: dict[type, str] = {ToolCall: "input", ToolSchema: "input_schema", ToolResult: "data", TaskSpec: "meta"}
