@@ -201,21 +201,20 @@ def fold_all(log: EventLog, projection: Projection[S], fetched: Fetched) -> tupl
     return seconds, runner.digest
 
 
-class EventCounts(Projection[dict[str, dict[str, int]]]):
-    """Per subject, the events of each type: a fold that reads and decodes every event (the trace store, which
-    once did, now reads only the attempts' summary channels)."""
+class EventCounts(Projection[dict[str, int]]):
+    """The events of each type: a fold that reads and decodes every event (the trace store, which once did, now
+    reads only the attempts' summary channels)."""
 
     name: ClassVar[str] = "bench_event_counts"
-    state_type = dict[str, dict[str, int]]
+    state_type = dict[str, int]
 
-    def initial(self) -> dict[str, dict[str, int]]:
+    def initial(self) -> dict[str, int]:
         """Nothing counted."""
         return {}
 
-    def fold(self, state: dict[str, dict[str, int]], record: Record) -> dict[str, dict[str, int]]:
-        """Count the record under its subject and type."""
-        counts = state.setdefault(record.subject, {})
-        counts[record.type] = counts.get(record.type, 0) + 1
+    def fold(self, state: dict[str, int], record: Record) -> dict[str, int]:
+        """Count the record under its type."""
+        state[record.type] = state.get(record.type, 0) + 1
         return state
 
 
