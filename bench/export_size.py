@@ -144,12 +144,21 @@ def main(args: argparse.Namespace) -> int:
         if args.base:
             tree = base_tree(args.base, tmp / "base")
             try:
-                b_size, b_files, b_largest, b_took = export(tree, data_dir, run_id, tmp / "export-base")
+                # An older hx may not read a log this tree wrote (summary channels): the base exports a run it made
+                # itself with the same job and seed (the same attempts), or the given data dir.
+                b_data, b_raw = data_dir, raw
+                if not args.data_dir:
+                    b_data = tmp / "data-base"
+                    hx(tree, "--data-dir", str(b_data), "evolve", "--run-id", run_id, "--out",
+                       str(tmp / "report-base.json"), *job)
+                    b_raw, _, b_messages = asyncio.run(measure_raw(b_data, run_id))
+                    print(f"  the base's own run: {b_messages:,} trace messages, raw bodies {mb(b_raw)}")
+                b_size, b_files, b_largest, b_took = export(tree, b_data, run_id, tmp / "export-base")
             finally:
                 drop_tree(tree)
             print(f"  at {args.base}: trajectories {mb(b_size)} in {b_files} files (largest {mb(b_largest)}), "
                   f"export {b_took:.1f} s")
-            print(f"    / raw bytes of the run: {b_size / raw:.2f}; this tree writes {size / b_size:.3f} of it")
+            print(f"    / raw bytes of its run: {b_size / b_raw:.2f}; this tree writes {size / b_size:.3f} of it")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\n  load average at the end {load()}")
