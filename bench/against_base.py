@@ -83,7 +83,7 @@ BENCHES = (
     Bench("log_throughput", ("bench/log_throughput.py", "--quick"), (
         Figure("append_batch 1 event/msg (events/s)", rf"EventLog\.append_batch, frame_size=1\s+{NUMBER}", True),
         Figure("append_batch frame_size=64 (events/s)", rf"EventLog\.append_batch, frame_size=64\s+{NUMBER}", True),
-        Figure("EventCounts rebuild, framed (events/s)", rf"rebuild, framed: {NUMBER} events/s", True),
+        Figure("TypeCount rebuild, framed (events/s)", rf"rebuild, framed: {NUMBER} events/s", True),
         Figure("TaskHistory rebuild, framed (events/s)", rf"TaskHistory .*: {NUMBER} events/s", True),
     ), same_script=True),
     Bench("replay", ("bench/replay.py",), (

@@ -116,26 +116,13 @@ class PassCount(Projection[PassTally]):
         return state
 
 
-class TypeCount(Projection[dict[str, int]]):
-    """Events of each type over the whole trace: a fold that reads (and decodes) every event, with a state
-    that does not grow with the log."""
-
-    name: ClassVar[str] = "bench_type_count"
-    state_type = dict[str, int]
-
-    def initial(self) -> dict[str, int]:
-        """Nothing counted."""
-        return {}
-
-    def fold(self, state: dict[str, int], record: Record) -> dict[str, int]:
-        """Count the record under its type."""
-        state[record.type] = state.get(record.type, 0) + 1
-        return state
-
-
 async def fold(kind: str, data_dir: Path, run_id: str, stop: int) -> dict[str, Any]:
     """One measured fold: ``narrow`` (PassCount), ``every``/``every_part`` (TypeCount, reading every event, all
     of the log or to ``stop``), ``full``/``part`` (TraceStore, all of the log or to ``stop``)."""
+    # A sibling script's module (a script's directory is on sys.path), imported here: PassCount above is also
+    # loaded as a plugin by path, where the sibling is not importable.
+    from log_workload import TypeCount
+
     async with connect(NatsSettings(data_dir=data_dir)) as conn:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         proj: Projection[Any] = (PassCount(run_id) if kind == "narrow" else

@@ -15,7 +15,7 @@ after_model / step_end, one ``AttemptFinished``):
    same bodies and headers and gathered acks;
 2. ``EventLog.append_batch(frame_size=64)``;
 3. a JSON-lines file (msgspec.json per event + write; flush, and flush + fsync);
-4. ``ProjectionRunner(EventCounts()).rebuild()`` (every event read and decoded) over logs of 64-event frames, step-sized
+4. ``ProjectionRunner(TypeCount()).rebuild()`` (every event read and decoded) over logs of 64-event frames, step-sized
    frames (<= 12 events) and single events, with a breakdown into raw fetch, decode and fold
    rates measured separately, and a rebuild without intermediate checkpoints.
 
@@ -41,12 +41,24 @@ import time
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 import nats
 
 # A sibling script's module, found because running a script puts its directory on sys.path.
-from log_workload import DEFAULT, EVENTS_PER_ATTEMPT, QUICK, Result, Sizes, atimed, chunks, entries, rate, write_jsonl
+from log_workload import (
+    DEFAULT,
+    EVENTS_PER_ATTEMPT,
+    QUICK,
+    Result,
+    Sizes,
+    TypeCount,
+    atimed,
+    chunks,
+    entries,
+    rate,
+    write_jsonl,
+)
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -55,7 +67,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from projections.base import Projection
 from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory
-from schemas.envelope import Record, decode_message, encode_body, headers_for
+from schemas.envelope import decode_message, encode_body, headers_for
 from streams.log import EventLog
 from streams.outgoing import Entry
 from streams.server import NatsProcess, nats_server_binary
@@ -199,23 +211,6 @@ def fold_all(log: EventLog, projection: Projection[S], fetched: Fetched) -> tupl
     finally:
         gc.unfreeze()
     return seconds, runner.digest
-
-
-class EventCounts(Projection[dict[str, int]]):
-    """The events of each type: a fold that reads and decodes every event (the trace store, which once did, now
-    reads only the attempts' summary channels)."""
-
-    name: ClassVar[str] = "bench_event_counts"
-    state_type = dict[str, int]
-
-    def initial(self) -> dict[str, int]:
-        """Nothing counted."""
-        return {}
-
-    def fold(self, state: dict[str, int], record: Record) -> dict[str, int]:
-        """Count the record under its type."""
-        state[record.type] = state.get(record.type, 0) + 1
-        return state
 
 
 def framed_messages(batch: list[Entry], frame_size: int) -> int:
@@ -371,7 +366,7 @@ async def main(quick: bool) -> None:
                    ("single", sizes.rebuild_single, 1))
         for label, n, fs in layouts:
             print(f"\n[4] rebuild, {label}: writing {n:,} events (frame_size={fs}) ...", flush=True)
-            results[label] = await bench_rebuild(js, log, n, fs, EventCounts, batch=1000, rebuilds=sizes.rebuilds)
+            results[label] = await bench_rebuild(js, log, n, fs, TypeCount, batch=1000, rebuilds=sizes.rebuilds)
         print()
         f = results["framed"]
         rs = [results[label] for label, _, _ in layouts]
@@ -386,7 +381,7 @@ async def main(quick: bool) -> None:
             row("raw fetch (messages/s)", "fetch_msgs"),
             row("raw fetch (events/s)", "fetch_events"),
             row("decode_message, in-process (events/s)", "decode"),
-            row("EventCounts fold via runner.apply (events/s)", "fold"),
+            row("TypeCount fold via runner.apply (events/s)", "fold"),
             row("EventLog.read, no fold (events/s)", "read"),
             row(f"ProjectionRunner.rebuild() (events/s, median of {sizes.rebuilds})", "rebuild"),
             row("  best", "rebuild_best"),

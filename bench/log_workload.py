@@ -9,9 +9,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import msgspec
 
+from projections.base import Projection
+from schemas.envelope import Record
 from schemas.event import Event
 from schemas.hooks import AfterModel, BeforeModel, HookRecord, StepEnd, StepStart
 from schemas.lifecycle import AttemptFinished, AttemptStarted
@@ -167,3 +170,20 @@ def write_jsonl(path: Path, batch: list[Entry], fsync: bool) -> tuple[float, flo
     seconds = timed(go)
     path.unlink()
     return seconds
+
+
+class TypeCount(Projection[dict[str, int]]):
+    """Events of each type over the whole trace: a fold that reads and decodes every event, with a state that does
+    not grow with the log (the trace store, which once read every event, now reads only the summary channels)."""
+
+    name: ClassVar[str] = "bench_type_count"
+    state_type = dict[str, int]
+
+    def initial(self) -> dict[str, int]:
+        """Nothing counted."""
+        return {}
+
+    def fold(self, state: dict[str, int], record: Record) -> dict[str, int]:
+        """Count the record under its type."""
+        state[record.type] = state.get(record.type, 0) + 1
+        return state
