@@ -331,7 +331,10 @@ class EventLog:
         """
         info = await self.js.stream_info(stream)
         last = int(info.state.last_seq or 0)
-        stop = last if stop is None else min(stop, last) if clamp else stop
+        if stop is None:  # to the end now; a follower's last range at least reaches ``start`` (followed past it)
+            stop = last if clamp else max(start, last)
+        elif clamp:
+            stop = min(stop, last)
         if stream != TRACE.name:
             return last, [(start, stop, list(subjects))]
         first = self._layouts.get(stream)
@@ -391,9 +394,7 @@ class EventLog:
         if self.direct:
             raise LogError("the auditor's connection reads with direct gets and cannot follow a stream")
         types = tuple(types)
-        last = await self.last_seq(stream)
-        # Up to the end now, or at least ``start``: the last range is followed on past its end.
-        _, parts = await self._segments(stream, start, max(start, last), subjects, types, clamp=False)
+        _, parts = await self._segments(stream, start, None, subjects, types, clamp=False)
         *before, (lo, _, filters) = parts
         for b_lo, b_hi, b_filters in before:
             async for chunk in reading.consume_chunks(self.js, stream, b_lo, b_filters, types, batch, stop=b_hi,
