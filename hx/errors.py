@@ -1,4 +1,4 @@
-"""Errors of hx's top-level modules: the entry-point registry."""
+"""Errors of hx's top-level modules: the entry-point registry, interval scores."""
 
 from __future__ import annotations
 
@@ -14,3 +14,7 @@ class UnknownName(HxError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class IntervalError(HxError, ValueError):
+    """Outcomes an interval cannot be computed from (no attempts, no task in common, a rate outside 0..1)."""
