@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hx.intervals import IntervalError, Verdict, keep_rule, paired_difference, pass_rate, task_mean
+from hx.errors import IntervalError
+from hx.intervals import Verdict, keep_rule, paired_difference, pass_rate, task_mean
 
 
 def test_a_pass_rate_has_its_wilson_interval_and_stays_inside_zero_and_one() -> None:
