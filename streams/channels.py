@@ -47,7 +47,7 @@ def _level_of(type_name: str) -> str:
 
 
 @lru_cache(maxsize=65_536)
-def _bulk_attempt(subject: str) -> bool:
+def is_attempt_subject(subject: str) -> bool:
     """True for an attempt's own trace subject (six tokens, task and attempt named)."""
     parts = subject.split(".")
     return len(parts) == 6 and parts[:2] == ["hx", "trace"] and NO_TOKEN not in parts[3:] and \
@@ -70,12 +70,12 @@ def attempt_subject(subject: str) -> str:
 def routed(subject: str, event: Event) -> str:
     """Where ``event`` goes when appended to ``subject``: an attempt's summary event, on its channel."""
     channel = type(event).CHANNEL
-    return f"{subject}.{channel}" if channel and _bulk_attempt(subject) else subject
+    return f"{subject}.{channel}" if channel and is_attempt_subject(subject) else subject
 
 
 def misplaced(subject: str, types: Iterable[str]) -> str | None:
     """Why a frame of ``types`` may not go on ``subject`` as one message (None: it may)."""
-    if not _bulk_attempt(subject):
+    if not is_attempt_subject(subject):
         return None
     found = sorted({t for t in types if channel_of(t)})
     if found:

@@ -25,14 +25,13 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from functools import lru_cache
 
 from schemas.envelope import EncodedEvent, Stamp, encoded
 from schemas.event import Event
 from schemas.history import HistoryPacker
 from schemas.lifecycle import AttemptFinished
+from streams.channels import attempt_subject, is_attempt_subject
 from streams.log import EventLog, PendingAppend
-from streams.topology import TraceAddress
 
 MAX_FRAME_BYTES = 512 * 1024
 """Stay well under NATS's default 1 MiB payload limit."""
@@ -61,22 +60,6 @@ class TraceWriter(ABC):
         """Wait until every frame written so far is stored (raise if one cannot be)."""
 
 
-def _is_attempt(subject: str) -> bool:
-    try:
-        return TraceAddress.parse(subject).attempt is not None
-    except ValueError:
-        return False
-
-
-@lru_cache(maxsize=4096)
-def _lane(subject: str) -> str:
-    """The attempt subject a message's order is kept on: its own, or the one its channel extends."""
-    try:
-        return TraceAddress.parse(subject).bulk.subject
-    except ValueError:
-        return subject
-
-
 class LogWriter(TraceWriter):
     """Frames onto the event log, pipelined: one message per attempt in flight, in order.
 
@@ -96,7 +79,7 @@ class LogWriter(TraceWriter):
     async def write_encoded(self, subject: str, events: Sequence[Event], bodies: Sequence[EncodedEvent],
                             key: str) -> None:
         """Send the pre-encoded frame once the attempt's previous message is acknowledged."""
-        lane = _lane(subject)
+        lane = attempt_subject(subject)
         previous = self._pending.pop(lane, None)
         if previous is not None:
             await previous.result()
@@ -134,7 +117,7 @@ class AttemptTracer:
         """When the oldest event in the buffer was encoded (monotonic seconds)."""
         self._flushed = 0
         self._packer = HistoryPacker()
-        self._channels = _is_attempt(subject)
+        self._channels = is_attempt_subject(subject)
         """Summary events (``Event.CHANNEL``) go on their channels: only an attempt's subject has them."""
 
     def emit(self, event: Event) -> None:
