@@ -4,6 +4,8 @@ Importing this package registers every event type.
 """
 
 from schemas import (
+    evaluation,  # noqa: F401 - registers the eval suite's event types
+    experiment,  # noqa: F401 - registers the experiment runner's event types
     learn,  # noqa: F401 - registers the learner's event types
     ledger,  # noqa: F401 - registers the edit ledger's event types
 )

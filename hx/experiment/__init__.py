@@ -1,0 +1,1 @@
+"""Controlled experiments: completely randomised designs on the log and the panel that judges them."""
