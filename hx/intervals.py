@@ -9,6 +9,8 @@ report), on ``scipy.stats`` rather than hand-written formulas:
   attempts (which seeds were drawn counts too);
 - ``paired_difference``: candidate minus base over the tasks both played, bootstrapped the same
   way with each task's two arms resampled together, so a task's own difficulty cancels;
+- ``ordinal_median``: the median of a judge's ordinal grades with a distribution-free interval
+  (order statistics, the sign test's), since grades have no mean worth stating;
 - ``keep_rule``: KEEP when that interval lies entirely above 0, DISCARD entirely below, else
   INCONCLUSIVE: intervals compared, never a point estimate plus a margin.
 
@@ -85,49 +87,121 @@ def _arrays(outcomes: Mapping[str, Sequence[float]], what: str) -> dict[str, np.
     return out
 
 
-def _bootstrap(tasks: int, statistic: Callable[[np.ndarray], float], confidence: float,
-               seed: int) -> tuple[float, float]:
-    """Percentile interval of ``statistic`` over resampled task indices (``scipy.stats.bootstrap``)."""
+class _Attempts:
+    """Every task's attempts in one flat array, so a resample of tasks and attempts is a few numpy calls."""
+
+    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        self.sizes = np.array([a.size for a in arrays], dtype=np.int64)
+        self.starts = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
+        self.flat = np.concatenate(arrays) if arrays else np.zeros(0)
+        self.means = np.array([a.mean() for a in arrays])
+
+    def resampled_means(self, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """For each drawn task in ``idx`` (any shape), the mean of its attempts drawn again with replacement."""
+        flat_idx = idx.reshape(-1)
+        n = self.sizes[flat_idx]
+        owner = np.repeat(np.arange(flat_idx.size), n)
+        offsets = (rng.random(owner.size) * n[owner]).astype(np.int64)
+        picked = self.flat[self.starts[flat_idx][owner] + offsets]
+        sums = np.bincount(owner, weights=picked, minlength=flat_idx.size)
+        means: np.ndarray = (sums / n).reshape(idx.shape)
+        return means
+
+
+def _weights(tasks: Sequence[str], weights: Mapping[str, float] | None) -> np.ndarray:
+    if weights is None:
+        return np.ones(len(tasks))
+    missing = [t for t in tasks if t not in weights]
+    if missing:
+        raise IntervalError(f"no weight for task {missing[0]!r}")
+    out = np.array([float(weights[t]) for t in tasks])
+    if not np.all(np.isfinite(out)) or np.any(out <= 0):
+        raise IntervalError("task weights must be positive numbers")
+    return out
+
+
+def _bootstrap(tasks: int, statistic: Callable[[np.ndarray], np.ndarray], confidence: float,
+               seed: int, per_resample: int) -> tuple[float, float]:
+    """Percentile interval of a vectorised ``statistic`` over resampled task indices (``scipy.stats.bootstrap``).
+
+    ``statistic`` gets a (resamples, tasks) array of task indices and returns one value a row;
+    resamples go in batches of about a million drawn attempts (``per_resample`` attempts each).
+    """
+    batch = max(1, min(RESAMPLES, 1_000_000 // max(1, per_resample)))
     if tasks < 2:  # one task: the task draw cannot vary; the statistic's own attempt resampling still does
-        values = [statistic(np.zeros(1, dtype=int)) for _ in range(RESAMPLES)]
+        values = np.concatenate([statistic(np.zeros((min(batch, RESAMPLES - i), 1), dtype=np.int64))
+                                 for i in range(0, RESAMPLES, batch)])
         lo, hi = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
         return float(lo), float(hi)
-    res = stats.bootstrap((np.arange(tasks),), statistic, n_resamples=RESAMPLES, vectorized=False,
+
+    def vectorised(idx: np.ndarray, axis: int = -1) -> np.ndarray:
+        rows = np.moveaxis(np.asarray(idx, dtype=np.int64), axis, -1)
+        return statistic(rows.reshape(-1, rows.shape[-1])).reshape(rows.shape[:-1])
+
+    res = stats.bootstrap((np.arange(tasks),), vectorised, n_resamples=RESAMPLES, vectorized=True, batch=batch,
                           confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def task_mean(outcomes: Mapping[str, Sequence[float]], *, confidence: float = CONFIDENCE,
-              seed: int = 0) -> Interval:
-    """The mean over tasks of each task's mean outcome, with a bootstrap over tasks and, within each, attempts."""
-    arrays = list(_arrays(outcomes, "the outcomes").values())
+def task_mean(outcomes: Mapping[str, Sequence[float]], *, weights: Mapping[str, float] | None = None,
+              confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+    """The (weighted) mean over tasks of each task's mean outcome, with a bootstrap over tasks, then attempts."""
+    arrays = _arrays(outcomes, "the outcomes")
+    attempts = _Attempts(list(arrays.values()))
+    w = _weights(list(arrays), weights)
     inner = np.random.default_rng(seed + 1)
 
-    def statistic(idx: np.ndarray) -> float:
-        return float(np.mean([inner.choice(arrays[i], arrays[i].size).mean() for i in idx]))
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        ww = w[idx]
+        values: np.ndarray = (attempts.resampled_means(idx, inner) * ww).sum(axis=-1) / ww.sum(axis=-1)
+        return values
 
-    low, high = _bootstrap(len(arrays), statistic, confidence, seed)
-    return Interval(float(np.mean([a.mean() for a in arrays])), low, high, confidence, "bootstrap tasks+attempts")
+    low, high = _bootstrap(len(arrays), statistic, confidence, seed, int(attempts.sizes.sum()))
+    estimate = float((attempts.means * w).sum() / w.sum())
+    return Interval(estimate, low, high, confidence, "bootstrap tasks+attempts")
 
 
 def paired_difference(base: Mapping[str, Sequence[float]], candidate: Mapping[str, Sequence[float]], *,
-                      confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
-    """Candidate minus base, the mean over the tasks both played, with a paired bootstrap (tasks and attempts)."""
+                      weights: Mapping[str, float] | None = None, confidence: float = CONFIDENCE,
+                      seed: int = 0) -> Interval:
+    """Candidate minus base, the (weighted) mean over the tasks both played, with a paired bootstrap."""
     common = sorted(set(base) & set(candidate))
     if not common:
         raise IntervalError("the two arms played no task in common")
     b = _arrays({t: base[t] for t in common}, "the base")
     c = _arrays({t: candidate[t] for t in common}, "the candidate")
-    pairs = [(b[t], c[t]) for t in common]
+    base_attempts, cand_attempts = _Attempts([b[t] for t in common]), _Attempts([c[t] for t in common])
+    w = _weights(common, weights)
     inner = np.random.default_rng(seed + 1)
 
-    def statistic(idx: np.ndarray) -> float:
-        return float(np.mean([inner.choice(pairs[i][1], pairs[i][1].size).mean()
-                              - inner.choice(pairs[i][0], pairs[i][0].size).mean() for i in idx]))
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        ww = w[idx]
+        gain = cand_attempts.resampled_means(idx, inner) - base_attempts.resampled_means(idx, inner)
+        values: np.ndarray = (gain * ww).sum(axis=-1) / ww.sum(axis=-1)
+        return values
 
-    low, high = _bootstrap(len(pairs), statistic, confidence, seed)
-    estimate = float(np.mean([cand.mean() - bas.mean() for bas, cand in pairs]))
+    per = int(base_attempts.sizes.sum() + cand_attempts.sizes.sum())
+    low, high = _bootstrap(len(common), statistic, confidence, seed, per)
+    estimate = float(((cand_attempts.means - base_attempts.means) * w).sum() / w.sum())
     return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")
+
+
+def ordinal_median(scores: Sequence[int], confidence: float = CONFIDENCE) -> Interval:
+    """The median of ordinal scores (a judge's 1-5 grades) with a distribution-free order-statistic interval.
+
+    Ordinal grades have no meaningful mean or spread, so the figure is the median and the interval
+    the pair of order statistics that covers it with at least ``confidence`` (``scipy.stats.binom``:
+    the sign-test interval). With too few scores for that coverage it is the whole observed range.
+    """
+    values = np.sort(np.asarray(scores, dtype=float))
+    n = values.size
+    if n == 0:
+        raise IntervalError("a median of ordinal scores needs at least one score")
+    k = int(stats.binom.ppf((1 - confidence) / 2, n, 0.5))  # largest k with P(X < k) <= alpha/2, roughly
+    while k > 0 and stats.binom.cdf(k - 1, n, 0.5) > (1 - confidence) / 2:
+        k -= 1
+    low, high = (values[k - 1], values[n - k]) if k >= 1 else (values[0], values[-1])
+    return Interval(float(np.median(values)), float(low), float(high), confidence, "order statistics (sign test)")
 
 
 def keep_rule(difference: Interval) -> Verdict:

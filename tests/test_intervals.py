@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hx.errors import IntervalError
-from hx.intervals import Verdict, keep_rule, paired_difference, pass_rate, task_mean
+from hx.intervals import Verdict, keep_rule, ordinal_median, paired_difference, pass_rate, task_mean
 
 
 def test_a_pass_rate_has_its_wilson_interval_and_stays_inside_zero_and_one() -> None:
@@ -67,3 +67,38 @@ def test_outcomes_an_interval_cannot_come_from_are_errors() -> None:
         task_mean({"a": [], "b": [1.0]})
     with pytest.raises(IntervalError, match="has no attempts"):
         task_mean({})
+
+
+def test_weights_count_a_task_as_often_as_its_weight() -> None:
+    outcomes = {"heavy": [1.0, 1.0], "light": [0.0, 0.0]}
+    assert task_mean(outcomes).estimate == 0.5
+    weighted = task_mean(outcomes, weights={"heavy": 3.0, "light": 1.0})
+    assert weighted.estimate == 0.75 and weighted.low <= 0.75 <= weighted.high
+    # the same as playing the heavy task three times over
+    assert weighted.estimate == task_mean({"h1": [1.0, 1.0], "h2": [1.0, 1.0], "h3": [1.0, 1.0],
+                                           "light": [0.0, 0.0]}).estimate
+    with pytest.raises(IntervalError, match="no weight for task 'light'"):
+        task_mean(outcomes, weights={"heavy": 1.0})
+    with pytest.raises(IntervalError, match="positive"):
+        task_mean(outcomes, weights={"heavy": 1.0, "light": 0.0})
+
+
+def test_the_inner_resample_draws_each_tasks_own_attempts() -> None:
+    # One task: only the attempts can vary. All-pass and all-fail tasks have no spread at all.
+    assert task_mean({"a": [1.0, 1.0, 1.0]}).low == 1.0
+    mixed = task_mean({"a": [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]})
+    assert mixed.low < 0.5 < mixed.high and mixed.low >= 0.0 and mixed.high <= 1.0
+    # many tasks of unequal attempt counts: the interval still holds the estimate, values from the arrays only
+    many = {f"t{i}": [float(k % (i % 4 + 2) == 0) for k in range(1 + i % 7)] for i in range(300)}
+    r = task_mean(many, seed=2)
+    assert r.low < r.estimate < r.high and r.low >= 0.0 and r.high <= 1.0
+
+
+def test_ordinal_grades_get_a_median_and_an_order_statistic_interval() -> None:
+    grades = [3, 4, 4, 5, 2, 4, 3, 4, 5, 4, 3, 4]
+    r = ordinal_median(grades)
+    assert r.estimate == 4.0 and r.method.startswith("order statistics")
+    assert (r.low, r.high) == (3.0, 4.0)  # the 3rd and 10th of 12 sorted grades: coverage >= 95 %
+    assert ordinal_median([2, 5]).low == 2.0 and ordinal_median([2, 5]).high == 5.0  # too few: the whole range
+    with pytest.raises(IntervalError, match="at least one score"):
+        ordinal_median([])
