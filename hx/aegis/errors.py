@@ -32,3 +32,7 @@ class PipelineError(HxError):
 
 class HeldoutAccess(SplitViolation):
     """A stage asked for a trace round that is not an adaptation round of the run."""
+
+
+class GateSettingsInvalid(HxError):
+    """The gate's settings name a check mode the gate does not have."""

@@ -12,7 +12,8 @@
    that happens while the model's input stays the same.
 6. ``seesaw`` and 7. ``effect``, on the candidate's fresh attempts (``GateTrials.fresh``), and a
    fork for a split edit: the rule itself is ``hx.gate.rule``, which the audit applies again to
-   every recorded verdict. A fork never takes a cluster where a solved task regressed, so it
+   every recorded verdict. Between the two, when the run asks for it, ``interval``: the paired
+   attempts by the keep rule (``hx.gate.interval``). A fork never takes a cluster where a solved task regressed, so it
    cannot be a ship that regresses by another name.
 """
 
@@ -26,6 +27,7 @@ from typing import Protocol
 import msgspec
 
 from hx.aegis.operations import strings_in
+from hx.gate.interval import IntervalMode
 from hx.gate.rule import Fresh, Verdict, seesaw
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
@@ -79,13 +81,14 @@ class Forbidden:
 
 async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig], base: HarnessConfig,
                 trials: GateTrials, forbidden: Forbidden, *, allow_fork: bool, code_check: CodeCheck | None = None,
-                sources: Sequence[str] = ()) -> Verdict:
+                sources: Sequence[str] = (), interval: IntervalMode = "off") -> Verdict:
     """Run the checks in order; the first that fails decides (a seesaw failure may still fork).
 
     ``build`` makes the candidate's harness (``CompositionError`` when it cannot). A
     candidate with new code is first built and smoke-tested by ``code_check`` in a sandbox
     (the ``config`` and ``smoke`` checks): only then may the main process import its code
-    and ``build`` it. ``sources`` are its code's texts, for the leakage scan.
+    and ``build`` it. ``sources`` are its code's texts, for the leakage scan; ``interval`` the
+    mode of the optional interval check.
     """
     v = Verdict()
     m = candidate.manifest
@@ -126,7 +129,7 @@ async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig]
                  f"{len(replayed)} replayed: {kept} unchanged, {len(replayed) - kept} diverge (the model's input "
                  "changes: no evidence either way)"):
         return v
-    return await _seesaw(v, candidate, harness, trials, allow_fork)
+    return await _seesaw(v, candidate, harness, trials, allow_fork, interval)
 
 
 def _config(v: Verdict, candidate: CandidateProposed, digest: str, base: HarnessConfig, error: str) -> bool:
@@ -140,7 +143,7 @@ def _config(v: Verdict, candidate: CandidateProposed, digest: str, base: Harness
 
 
 async def _seesaw(v: Verdict, candidate: CandidateProposed, harness: HarnessConfig, trials: GateTrials,
-                  allow_fork: bool) -> Verdict:
+                  allow_fork: bool, interval: IntervalMode) -> Verdict:
     fresh = await trials.fresh(harness, candidate.variant, candidate.candidate, candidate.manifest.predicted_flips)
     v.trace_rounds = fresh.trace_rounds
-    return seesaw(v, fresh, allow_fork=allow_fork)
+    return seesaw(v, fresh, allow_fork=allow_fork, interval=interval)

@@ -8,12 +8,29 @@ from typing import Literal
 
 import msgspec
 
+from hx.aegis.errors import GateSettingsInvalid
 from hx.aegis.variants import Strategy
+from hx.gate.interval import INTERVAL_MODES, IntervalMode
 from schemas.ledger import HeldoutScored, RoundDecided
 
 CoevolveMode = Literal["harness", "model", "both"]
 COEVOLVE_MODES: tuple[CoevolveMode, ...] = ("harness", "model", "both")
 """What co-evolution moves: the harness only (policy frozen), the model only (harness frozen), or both."""
+
+
+class GateSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The gate's optional checks (a job's ``loop.gate``): all off by default, so the gate is the seven checks."""
+
+    interval: IntervalMode = "off"
+    """The ``interval`` check between ``seesaw`` and ``effect``: ``off``, ``no_discard`` or ``keep``."""
+
+    @classmethod
+    def of(cls, interval: str, *, where: str = "--gate-interval") -> GateSettings:
+        """Settings from an option's text; ``GateSettingsInvalid`` naming ``where`` for a mode the gate lacks."""
+        if interval not in INTERVAL_MODES:
+            raise GateSettingsInvalid(f"{where}: unknown interval mode {interval!r}; the modes are "
+                                      f"{', '.join(INTERVAL_MODES)}")
+        return cls(interval=interval)
 
 
 class EvolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -33,6 +50,8 @@ class EvolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Also evaluate the held-out split after every N-th round (0: only before and after)."""
     risk_threshold: float = 0.7
     """Candidates riskier than this wait for a human."""
+    gate: GateSettings = GateSettings()
+    """The gate's optional checks."""
 
 
 @dataclass

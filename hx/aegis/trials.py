@@ -133,9 +133,10 @@ class Trials:
         lost = [t for t in solved if tries[t].passes == 0]
         _, retries, more = await self._until_pass(harness, lost, label, firsts=self._fresh_attempts())
         rounds += more
+        base = {d.task: Tries(d.attempts, d.passes) for d in self.digests.get(variant, ()) if d.task in tries}
         return Fresh(solved={t: v for t, v in tries.items() if t in keep},
                      flips={t: v for t, v in tries.items() if t not in keep}, retries=retries,
-                     trace_rounds=tuple(rounds))
+                     trace_rounds=tuple(rounds), base=base)
 
     async def kept(self, harness: HarnessConfig, variant: str, tasks: Sequence[str], models: ModelConfig,
                    candidate: str) -> tuple[list[str], tuple[int, ...]]:

@@ -20,7 +20,7 @@ import hx.environments  # noqa: F401 - registers the benchmark adapters
 from hx.aegis.evolvers import EVOLVERS, make_evolver
 from hx.aegis.job import EvolveJob, EvolveRequest, TaskChoice
 from hx.aegis.session import HELDOUT_SPLITS, Parts, new_job, run_evolution
-from hx.aegis.settings import EvolveSettings
+from hx.aegis.settings import EvolveSettings, GateSettings
 from hx.aegis.variants import STRATEGIES
 from hx.cli._app import App, Terminated, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
@@ -79,6 +79,9 @@ DEFAULT_MODEL = "random:"
               help="Also evaluate the held-out split after every N-th round (0: before and after only).")
 @click.option("--risk-threshold", type=click.FloatRange(0, 1), default=0.7, show_default=True,
               help="Candidates riskier than this wait for a human.")
+@click.option("--gate-interval", default="off", show_default=True, metavar="MODE",
+              help="The gate's interval check between seesaw and effect (the candidate's paired attempts against its "
+                   "variant's, by the keep rule): off, no_discard (reject a DISCARD) or keep (ship only a KEEP).")
 @click.option("--approve", is_flag=True, help="Ask for approvals at the terminal instead of waiting for hx approve.")
 @click.option("--run-id", callback=run_id_option, help="Run id  [default: evolve-<UTC time>-<random>]")
 @click.option("--resume", "resume_id", callback=run_id_option, metavar="RUN",
@@ -107,7 +110,8 @@ def evolve_request(options: dict[str, Any], *, coevolve: CoevolveSettings | None
                          heldout_split=pop("heldout_split")),
         loop=EvolveSettings(rounds=pop("rounds"), patience=pop("patience"), alpha=pop("alpha"),
                             candidates=pop("candidates"), strategy=pop("strategy"), max_variants=pop("max_variants"),
-                            heldout_every=pop("heldout_every"), risk_threshold=pop("risk_threshold")),
+                            heldout_every=pop("heldout_every"), risk_threshold=pop("risk_threshold"),
+                            gate=GateSettings.of(pop("gate_interval"))),
         rollout=RolloutSettings(attempts=pop("attempts"), concurrency=pop("concurrency"), max_steps=pop("max_steps"),
                                 seed=pop("seed")),
         model=pop("model"), meta_model=pop("meta_model"), evolver=pop("evolver"), coevolve=coevolve)

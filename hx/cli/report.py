@@ -17,6 +17,7 @@ from hx.cli._app import App, pass_app, quarantine_note, run, run_id_option
 from hx.replay.audit import verified_ledger
 from hx.report.data import ReportData, learner_records
 from hx.report.errors import ReportError
+from hx.report.evals import eval_data
 from hx.report.html import report_files
 
 REPORTS = Path("reports")
@@ -27,31 +28,39 @@ REPORTS = Path("reports")
 @click.argument("run_id", metavar="RUN", callback=run_id_option)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="Write the page and figures here  [default: ./reports/RUN]")
+@click.option("--evals", "every_eval", is_flag=True,
+              help="Show every eval suite score and experiment on the log, not only those about RUN.")
 @pass_app
-def report_command(app: App, run_id: str, out: Path | None) -> None:
+def report_command(app: App, run_id: str, out: Path | None, every_eval: bool) -> None:
     """Write RUN's report to DIR: report.html (self-contained) and one PNG per figure.
 
     The figures (evolution curves, lever mix, hit-rate heatmap, ships and regressions, and
     for a co-evolution run the learner's curves) are folded from the run's ledger on
-    HX_LEDGER and its learner records on HX_LEARN. The same log gives the same bytes;
-    files of the same names in DIR are replaced.
+    HX_LEDGER and its learner records on HX_LEARN. The "Eval suite" section (each eval's
+    composite with its interval over time, the latest eval's per-task scores) shows the evals
+    that judged RUN and "Experiments" the experiments whose spec names RUN; --evals shows every
+    eval and experiment on the log. A section with nothing to show is left out. The same log
+    gives the same bytes; files of the same names in DIR are replaced.
     """
     from hx.report.figures import figures  # matplotlib (0.2 s) only when a report is drawn, not for --help
 
     target = out if out is not None else REPORTS / run_id
     check_target(target)
-    data = run(_gather(app, run_id))
+    data = run(_gather(app, run_id, every_eval))
     files = report_files(data, figures(data))
     write(target, files)
     click.echo(f"wrote the report of run {run_id} to {target / 'report.html'} ({len(files) - 1} figures)")
 
 
-async def _gather(app: App, run_id: str) -> ReportData:
+async def _gather(app: App, run_id: str, every_eval: bool) -> ReportData:
     async with app.connect() as conn:
         ledger = await verified_ledger(conn.log, run_id, app.settings.data_dir.resolve() / "plugins")
         learner = await learner_records(conn.log, run_id)
+        evals = await eval_data(conn.log, run_id, everything=every_eval)
         quarantine_note(conn.log)
-    return ReportData.of([e.event for e in ledger.entries], learner)
+    data = ReportData.of([e.event for e in ledger.entries], learner)
+    data.evals = evals
+    return data
 
 
 def check_target(target: Path) -> None:

@@ -11,6 +11,9 @@ ledger and the trace recorded, and names any verdict that does not follow from i
    A solved task that fails all ``k`` is retried on fresh seeds, up to ``2k`` times, stopping at
    the first pass: it *regresses* only if it fails them all. No solved task may regress, and the
    tasks lost on the paired seeds may not outnumber those gained.
+   Optionally (a run's ``gate.interval``: ``no_discard`` or ``keep``), then ``interval``: the
+   paired attempts of candidate and variant on the same tasks and seeds, by the keep rule
+   (``hx.gate.interval``).
 7. ``effect``: at least one predicted flip passes.
 
 A candidate that fails only the seesaw yet, in some clusters, gains at least ``FORK_MARGIN``
@@ -25,16 +28,24 @@ strategy (``fork``); otherwise the first failing check rejects it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from hx.environments.results import game_of
+from hx.gate.interval import IntervalMode, interval_detail, interval_figures, interval_passes
 from schemas.ledger import GateCheck, GateJudged, TaskFlip
 
 Outcome = Literal["ship", "fork", "reject"]
 CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
+"""The gate's checks, in order, with the interval check off (the default)."""
 FORK_MARGIN = 2
 """A fork must gain at least this many more tasks than it loses in a cluster it takes over."""
+
+
+def checks_of(interval: IntervalMode = "off") -> tuple[str, ...]:
+    """The gate's checks in order for an interval mode: ``interval`` sits between ``seesaw`` and ``effect``."""
+    return CHECKS if interval == "off" else (*CHECKS[:-1], "interval", CHECKS[-1])
 
 
 def cluster_of(task_id: str) -> str:
@@ -61,6 +72,13 @@ class Fresh:
     retries: dict[str, Tries] = field(default_factory=dict)
     """Solved tasks that failed every paired attempt, retried on fresh seeds (stopping at the first pass)."""
     trace_rounds: tuple[int, ...] = ()
+    base: dict[str, Tries] = field(default_factory=dict)
+    """The variant's own attempts of the same tasks (its main rollout, the same seeds): the interval check's base."""
+
+
+def outcomes(tries: Mapping[str, Tries]) -> dict[str, list[float]]:
+    """Each task's attempts as 0/1 outcomes (attempts are exchangeable in a pass rate: their order is no figure)."""
+    return {t: [1.0] * v.passes + [0.0] * (v.attempts - v.passes) for t, v in tries.items()}
 
 
 @dataclass
@@ -95,8 +113,8 @@ class Verdict:
         return passed
 
 
-def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool) -> Verdict:
-    """The ``seesaw`` and ``effect`` checks (or a fork) from the candidate's fresh attempts: pure, no rollout."""
+def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode = "off") -> Verdict:
+    """The ``seesaw``, ``interval`` (unless off) and ``effect`` checks (or a fork) from the fresh attempts: pure."""
     lost = sorted(t for t, tries in fresh.solved.items() if tries.passes == 0)
     regressed = [t for t in lost if fresh.retries.get(t, Tries(0, 0)).passes == 0]
     won = sorted(t for t, tries in fresh.flips.items() if tries.passes > 0)
@@ -120,22 +138,29 @@ def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool) -> Verdict:
         if allow_fork and clusters:
             v.outcome, v.clusters = "fork", clusters
         return v
+    if interval != "off":
+        # The paired seeds only: retries ran on other seeds, which the variant never played.
+        figures = interval_figures(outcomes(fresh.base), outcomes({**fresh.solved, **fresh.flips}))
+        if not v.add("interval", interval_passes(interval, figures.verdict), interval_detail(interval, figures)):
+            return v
     if v.add("effect", bool(won), f"{len(won)} of {len(fresh.flips)} predicted flip(s) realised"):
         v.outcome = "ship"
     return v
 
 
-def disagreement(judged: GateJudged, *, allow_fork: bool) -> str:
+def disagreement(judged: GateJudged, *, allow_fork: bool, interval: IntervalMode = "off") -> str:
     """Why a recorded verdict does not follow from its own checks by this rule ("" when it does).
 
     The checks must be the rule's, in its order, each before the first failure passed and none
     after it; ``first_failure`` must name that failure; the outcome must be ``ship`` when all
-    seven passed, ``fork`` only for a seesaw failure with clusters (under the ensemble strategy),
-    else ``reject``; and ``passed`` must say whether it shipped or forked.
+    checks passed (seven; eight with the ``interval`` check of a run that asks for it), ``fork``
+    only for a seesaw failure with clusters (under the ensemble strategy), else ``reject``;
+    and ``passed`` must say whether it shipped or forked.
     """
+    checks = checks_of(interval)
     names = [c.name for c in judged.checks]
-    if names != list(CHECKS[:len(names)]):
-        return f"its checks {', '.join(names) or '(none)'} are not the gate's, in its order ({', '.join(CHECKS)})"
+    if names != list(checks[:len(names)]):
+        return f"its checks {', '.join(names) or '(none)'} are not the gate's, in its order ({', '.join(checks)})"
     failed = [c.name for c in judged.checks if not c.passed]
     if failed and names[-1] != failed[0]:
         return f"it records checks after its first failure {failed[0]!r}: the gate stops there"
@@ -143,8 +168,9 @@ def disagreement(judged: GateJudged, *, allow_fork: bool) -> str:
     if judged.first_failure != first:
         return (f"its first_failure is {judged.first_failure or '(none)'!r}, but its first failing check is "
                 f"{first or '(none)'!r}")
-    if not failed and len(names) < len(CHECKS):
-        return f"it stops after {names[-1] if names else 'nothing'} with no check failed: the gate runs all seven"
+    if not failed and len(names) < len(checks):
+        return (f"it stops after {names[-1] if names else 'nothing'} with no check failed: the gate runs all "
+                + ("seven" if len(checks) == 7 else "eight"))
     forks = allow_fork and first == "seesaw" and bool(judged.clusters)
     expected: Outcome = "ship" if not failed else "fork" if forks else "reject"
     if judged.outcome != expected:

@@ -14,8 +14,9 @@ which reads what the ledger cites on ``HX_TRACE``) on a run's log or on a copy.
 - the folds: every harness version is what its operations make of the harness before it, and
   hashes to its recorded digest;
 - the decisions: every gate verdict follows from its own checks by the gate's rule
-  (``hx.gate.rule``); every ship or fork carries candidates the gate passed for exactly that
-  (and a human approved where one was asked or the risk called for it), their operations and
+  (``hx.gate.rule``, with the interval check the run's recorded job asks for); every ship or
+  fork carries candidates the gate passed for exactly that (and a human approved where one
+  was asked or the risk called for it), their operations and
   nothing else, on the harness they were judged on, once; a round's decision names only what it
   shipped; a held-out score is of the run's frozen split.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hx.gate.interval import INTERVAL_MODES, IntervalMode
 from hx.gate.rule import disagreement
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
@@ -53,6 +55,16 @@ class Problem:
 
     def __str__(self) -> str:
         return self.text
+
+
+def gate_interval(ledger: RunLedger) -> IntervalMode:
+    """The interval mode the run's gate ran with, as its recorded job says (``off`` for a job recorded before it)."""
+    if ledger.opened is None:
+        return "off"
+    gate = nested_job(ledger.opened.settings)["loop"].get("gate") or {}
+    mode = gate.get("interval", "off") if isinstance(gate, dict) else "off"
+    # A recorded mode this hx does not know is decided as the strictest: only a KEEP passes it.
+    return next((m for m in INTERVAL_MODES if m == mode), "keep")
 
 
 def label(entry: LedgerEntry) -> str:
@@ -255,12 +267,13 @@ def check_decisions(ledger: RunLedger) -> tuple[int, list[Problem]]:
         return 0, []
     threshold = float(nested_job(ledger.opened.settings)["loop"].get("risk_threshold", DEFAULT_RISK_THRESHOLD))
     allow_fork = ledger.opened.strategy == "ensemble"
+    interval = gate_interval(ledger)
     problems: list[Problem] = []
     consistent = 0
     for cand in ledger.candidates.values():
         if cand.gate is None:
             continue
-        why = disagreement(cand.gate, allow_fork=allow_fork)
+        why = disagreement(cand.gate, allow_fork=allow_fork, interval=interval)
         if why:
             problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): the verdict on "
                                                 f"{cand.id} does not follow from its own checks: {why}",

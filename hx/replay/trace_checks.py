@@ -10,8 +10,9 @@ recorded the verdicts.
   candidate's own gate attempts, a held-out round;
 - every gate verdict that reached the seesaw is decided again by the gate's rule
   (``hx.gate.rule.seesaw``) from those rounds' verdicts, the variant's solved tasks (the round's
-  digests) and the candidate's predicted flips: the recorded flips, seesaw and effect checks,
-  outcome and clusters must be what the rule gives;
+  digests) and the candidate's predicted flips: the recorded flips, seesaw, interval (when the
+  run's job asks for it: against the variant's own attempts, the round's digests) and effect
+  checks, outcome and clusters must be what the rule gives;
 - every evidence anchor of the candidates and the round digests resolves to an event of the run.
 """
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 from hx.gate.rule import Fresh, Tries, Verdict, seesaw
 from hx.replay.anchors import AnchorResolver
-from hx.replay.ledger_checks import Problem
+from hx.replay.ledger_checks import Problem, gate_interval
 from hx.replay.trace_rounds import TraceRound, Verdicts, outcomes, trace_marks
 from projections.ledger import RunLedger
 from projections.ledger_records import CandidateRecord, LedgerEntry
@@ -132,9 +133,10 @@ def recheck_seesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int,
     fresh = _fresh(solved, flips, [verdicts.get(r, {}) for r in gate.trace_rounds])
     if isinstance(fresh, str):
         return fresh
-    before = [c for c in gate.checks if c.name not in ("seesaw", "effect")]
+    fresh.base.update({d.task: Tries(d.attempts, d.passes) for d in mine if d.task in (*solved, *flips)})
+    before = [c for c in gate.checks if c.name not in ("seesaw", "interval", "effect")]
     again = seesaw(Verdict(checks=list(before)), fresh, allow_fork=ledger.opened is not None
-                   and ledger.opened.strategy == "ensemble")
+                   and ledger.opened.strategy == "ensemble", interval=gate_interval(ledger))
     recorded = Verdict.of(gate)
     if again.checks != recorded.checks:
         said = {c.name: c for c in recorded.checks}

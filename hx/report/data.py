@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hx.replay.scoreboard import EvolutionReport, report
+from hx.report.evals import EvalData
 from hx.report.export import curves
 from hx.report.export_fold import RunFold
 from projections.ledger_records import RoundRecords
@@ -75,6 +76,8 @@ class ReportData:
     rejected: list[int] = field(default_factory=list)
     """Passes (by the round they trained through) whose policy the policy gate rejected."""
     ledger_events: int = 0
+    evals: EvalData = field(default_factory=EvalData)
+    """The eval suite scores and experiment results about the run (``hx.report.evals``): set by the caller."""
 
     @classmethod
     def of(cls, records: Sequence[LedgerEvent], learner: Sequence[Event] = ()) -> ReportData:

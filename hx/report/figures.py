@@ -13,6 +13,7 @@ import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import matplotlib
 import matplotlib.style
@@ -23,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from hx.report.data import LearnerRecord, ReportData, RoundFigures
+from hx.report.evals import EVAL_FIGURE, EvalData
 from schemas.edits import BUCKETS
 from schemas.learn import PolicyUpdated
 
@@ -266,7 +268,46 @@ def learner(data: ReportData) -> Plot:
     return Plot("learner", "Learner curves", caption, _draw(12.0, 6.0, paint))
 
 
+# --- eval suite scores -----------------------------------------------------------------------------------------
+
+
+
+
+def _when(time_ns: int) -> str:
+    """A UTC minute from a log time: an eval's x label (in UTC, so no machine's time zone changes the bytes)."""
+    return datetime.fromtimestamp(time_ns // 10**9, UTC).strftime("%Y-%m-%d\n%H:%M")
+
+
+def eval_suite(evals: EvalData) -> Plot:
+    """Each eval's suite composite with its interval, in the order the evals reached the log, one series per suite."""
+    suites = list(dict.fromkeys(p.scored.suite for p in evals.evals))
+
+    def paint(fig: Figure) -> None:
+        ax = fig.subplots()
+        for suite in suites:
+            points = [(i, p.scored.composite) for i, p in enumerate(evals.evals) if p.scored.suite == suite]
+            xs = [i for i, _ in points]
+            ys = [b.estimate for _, b in points]
+            err = [[b.estimate - b.low for _, b in points], [b.high - b.estimate for _, b in points]]
+            ax.errorbar(xs, ys, yerr=err, fmt="o-", ms=5, capsize=4, label=suite)
+        ax.set_xticks(range(len(evals.evals)), [_when(p.time_ns) for p in evals.evals], fontsize=8)
+        ax.set_xlim(-0.6, len(evals.evals) - 0.4)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("suite composite")
+        ax.set_xlabel("eval (UTC, when its score reached the log)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, title="suite", title_fontsize=8)
+
+    caption = ("Each eval's suite composite (per attempt 0.7 x passed + 0.3 x the share of its criteria passed; a "
+               "task's composite is the mean over its attempts, the suite's the weight-weighted mean over tasks) "
+               "with its 95% interval (two-stage bootstrap: tasks, then attempts), in the order the evals reached "
+               "the log; one line per suite (scores of different suites are not comparable).")
+    return Plot(EVAL_FIGURE, "Eval suite", caption, _draw(_width(len(evals.evals)), HEIGHT, paint))
+
+
 def figures(data: ReportData) -> list[Plot]:
-    """Every figure of a run's report, in page order (the learner's only for a co-evolution run)."""
+    """Every figure of a run's report, in page order (the learner's only for a co-evolution run, the eval suite's
+    only when evals are shown)."""
     plots = [evolution(data), lever_mix(data), hit_rate(data), timeline(data)]
-    return [*plots, learner(data)] if data.coevolution else plots
+    plots += [learner(data)] if data.coevolution else []
+    return [*plots, eval_suite(data.evals)] if data.evals.evals else plots

@@ -1,7 +1,9 @@
 """A run's report as one self-contained HTML page: inline CSS, figures as base64 PNG data URIs, no network.
 
 ``page(data, plots)`` writes the header (run, benchmarks, model, rounds, status), the
-held-out table before and after, a row per round, and each figure with its caption. It
+held-out table before and after, a row per round, and each figure with its caption; then, when
+there are any, the eval suite's scores (figure, a row per eval, the latest per-task table) and
+the experiments' results. It
 reads no clock: the same data and figures give the same bytes.
 """
 
@@ -13,6 +15,8 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from hx.report.data import ReportData
+from hx.report.evals import EVAL_FIGURE, EvalData, bounds_text
+from schemas.evaluation import Bounds
 from schemas.ledger import GameScore
 
 if TYPE_CHECKING:  # the figures module imports matplotlib (0.2 s); the page only takes its drawn plots
@@ -102,6 +106,75 @@ def rounds_table(data: ReportData) -> str:
                    "shipped or forked", "wall time"], rows, text_columns=1)
 
 
+def _bounds(b: Bounds) -> str:
+    return f"<td>{bounds_text(b.estimate, b.low, b.high)}</td>"
+
+
+def _text(value: str) -> str:
+    return f'<td class="text">{escape(value) or "–"}</td>'
+
+
+def evals_table(evals: EvalData) -> str:
+    """One row per eval shown: its run, suite, tasks and attempts, success, criteria and composite with intervals,
+    and the keep rule's verdict against its base eval if it was compared."""
+    rows = []
+    for p in evals.evals:
+        s = p.scored
+        against = f"{s.verdict} vs {s.against}" if s.against else ""
+        rows.append(f"<tr>{_text(s.run_id)}{_text(s.suite)}<td>{s.tasks}</td><td>{s.attempts}</td>"
+                    f"{_bounds(s.success)}{_bounds(s.criteria)}{_bounds(s.composite)}{_text(against)}"
+                    f"{_text(', '.join(s.judged_runs))}</tr>")
+    return _table(["eval", "suite", "tasks", "attempts", "success", "criteria", "composite", "keep rule",
+                   "judged runs"], rows, text_columns=2)
+
+
+def tasks_table(evals: EvalData) -> str:
+    """The latest eval's per-task scores: attempts, passes, criteria passed, success, criteria and composite."""
+    rows = [f"<tr>{_text(t.suite_task)}{_text(t.task)}<td>{t.weight:g}</td><td>{t.passes}/{t.attempts}</td>"
+            f"<td>{t.criteria_passed}/{t.criteria_checked}</td>{_bounds(t.success)}{_bounds(t.criteria)}"
+            f"{_bounds(t.composite)}</tr>" for t in evals.tasks]
+    return _table(["suite task", "task", "weight", "passed", "criteria passed", "success", "criteria", "composite"],
+                  rows, text_columns=2)
+
+
+def eval_section(evals: EvalData, plot: Plot | None) -> str:
+    """The "Eval suite" section: the figure over time, a row per eval, the latest eval's per-task table."""
+    latest = evals.latest
+    if latest is None:
+        return ""
+    which = "every eval on the log" if evals.everything else "the evals that judged this run"
+    return ((figure(plot) if plot is not None else '<h2 id="eval_suite">Eval suite</h2>\n')
+            + f'<p class="muted">{escape(which)}</p>\n{evals_table(evals)}\n'
+            + f"<h3>Per task, latest eval <code>{escape(latest.run_id)}</code></h3>\n{tasks_table(evals)}\n")
+
+
+def experiments_section(evals: EvalData) -> str:
+    """The "Experiments" section: per experiment its levels' means, its effects and verdicts, its falsification
+    verdict and the panel's decision (when reviewed)."""
+    if not evals.experiments:
+        return ""
+    parts = ['<h2 id="experiments">Experiments</h2>\n']
+    for x in evals.experiments:
+        c = x.concluded
+        meta = [("run", f"<code>{escape(x.run_id)}</code>"), ("hypothesis", escape(x.hypothesis) or "–"),
+                ("units", str(c.units)), ("falsification", escape(c.falsified) + (
+                    f' <span class="muted">({escape(c.detail)})</span>' if c.detail else "")),
+                ("panel decision", escape(x.decision) or '<span class="muted">not reviewed</span>')]
+        levels = [f"<tr>{_text(v.variable)}{_text(v.level)}<td>{v.n}</td>{_bounds(v.mean)}</tr>" for v in c.levels]
+        effects = [f"<tr>{_text(e.variable)}{_text(e.factor)}{_text(f'{e.level} vs {e.reference}')}"
+                   f"{_bounds(e.difference)}{_bounds(e.effect_size)}{_text(e.verdict)}</tr>" for e in c.effects]
+        interactions = [f"<tr>{_text(i.variable)}{_text(' x '.join(i.factors))}{_bounds(i.contrast)}</tr>"
+                        for i in c.interactions]
+        parts.append(f'<h3 data-experiment="{escape(x.run_id)}">{escape(x.title)}</h3>\n<dl class="meta">'
+                     + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta) + "</dl>\n"
+                     + _table(["variable", "level", "units", "mean"], levels, text_columns=2) + "\n"
+                     + _table(["variable", "factor", "level", "difference", "effect size", "verdict"], effects,
+                              text_columns=3) + "\n"
+                     + (_table(["variable", "factors", "interaction contrast"], interactions, text_columns=2)
+                        + "\n" if interactions else ""))
+    return "".join(parts)
+
+
 def figure(plot: Plot) -> str:
     """A figure: its title, the PNG inline, its caption (and the file the same PNG was written to)."""
     return (f'<h2 id="{escape(plot.name)}">{escape(plot.title)}</h2>\n<figure>'
@@ -121,14 +194,19 @@ def page(data: ReportData, plots: Sequence[Plot]) -> str:
     if data.coevolution:
         meta.append(("learner passes", f"{len(data.learner)}; final policy {escape(s.policy[:12]) or '(unchanged)'}"))
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
-    contents = " · ".join(f'<a href="#{escape(p.name)}">{escape(p.title)}</a>' for p in plots)
+    run_plots = [p for p in plots if p.name != EVAL_FIGURE]
+    eval_plot = next((p for p in plots if p.name == EVAL_FIGURE), None)
+    links = [(p.name, p.title) for p in run_plots] + [("eval_suite", "Eval suite")] * bool(data.evals.evals) + [
+        ("experiments", "Experiments")] * bool(data.evals.experiments)
+    contents = " · ".join(f'<a href="#{escape(name)}">{escape(title)}</a>' for name, title in links)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>hx report: {escape(data.run_id)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
             f"<h1>Evolution run <code>{escape(data.run_id)}</code></h1>\n<dl class=\"meta\">{dl}</dl>\n"
             f"<p>{contents}</p>\n"
             f"<h2>Held-out (frozen test split)</h2>\n{heldout_table(data)}\n"
             f"<h2>Rounds</h2>\n{rounds_table(data)}\n"
-            + "".join(figure(p) for p in plots)
+            + "".join(figure(p) for p in run_plots)
+            + eval_section(data.evals, eval_plot) + experiments_section(data.evals)
             + "</body>\n</html>\n")
 
 
