@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hx.eval.criteria import CRITERIA, build, criterion, judge
+from hx.eval.criteria import CRITERIA, NoParams, build, criterion, judge
 from hx.eval.criteria_documents import outline
 from hx.eval.errors import EvalError, UnknownCriterion
 from projections.attempt_outputs import AttemptOutput
@@ -206,7 +206,6 @@ def test_a_raising_check_is_a_failed_criterion_with_the_error_as_detail() -> Non
 
 def test_a_builder_raising_at_judge_time_is_caught_for_a_registered_kind_too() -> None:
     name = "test_only_broken"
-    from hx.eval.criteria import NoParams
 
     @criterion(name, NoParams)
     def broken(_: NoParams) -> Any:
