@@ -123,6 +123,9 @@ CASES: list[tuple[str, dict[str, Any], AttemptOutput, str, AttemptOutput, str]] 
     ("has_h1", {}, doc("Intro\n  # Title #\n## Part"), "H1 heading 'Title'",
      doc("```\n# comment\n```\n#hashtag\n## Part"), "no H1 heading ('# Title' outside code blocks); "
                                                     "first line '```'"),
+    ("has_h1", {}, doc("```inline``` code, not a fence\n# Title"), "H1 heading 'Title'",
+     doc("````md\n```\n# Inside\n~~~\n````\ntext"), "no H1 heading ('# Title' outside code blocks); "
+                                                     "first line '````md'"),  # only a ```` line closes ````
     ("has_h1", {}, doc("# T"), "H1 heading 'T'", doc(" "), "no H1 heading ('# Title' outside code blocks); "
                                                            "the text is empty"),
     # --- agents
