@@ -206,6 +206,16 @@ def test_a_raising_check_is_a_failed_criterion_with_the_error_as_detail() -> Non
         return out.steps / 0 > 1, "never"
     assert judge(broken, attempt()) == (False, "criterion raised ZeroDivisionError: division by zero")
 
+    def wordy(out: AttemptOutput) -> tuple[bool, str]:
+        raise ValueError("x" * 10_000)
+    passed, detail = judge(wordy, attempt())
+    assert not passed and detail == "criterion raised ValueError: " + "x" * 497 + "..."
+
+    def shapeless(out: AttemptOutput) -> tuple[bool, str]:
+        return True  # type: ignore[return-value]  # a check that forgot its detail
+    assert judge(shapeless, attempt()) == (False, "criterion raised TypeError: cannot unpack non-iterable bool "
+                                                  "object")
+
 
 def test_a_builder_raising_at_judge_time_is_caught_for_a_registered_kind_too() -> None:
     name = "test_only_broken"
