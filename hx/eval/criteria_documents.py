@@ -79,7 +79,11 @@ class Outline(NamedTuple):
 
 
 def label(title: str) -> str:
-    """A heading or bold title normalised for comparison: markup, numbering and trailing punctuation dropped."""
+    """A heading or bold title normalised for comparison: markup, numbering and trailing punctuation dropped.
+
+    >>> [label(t) for t in ("1. **Introduction:**", "IV) Broad  Impact", "Step 2 - Setup", "3D printing")]
+    ['introduction', 'broad impact', 'setup', '3d printing']
+    """
     plain = _MARKUP.sub("", title).strip()
     plain = _NUMBERING.sub("", plain, count=1)
     return " ".join(_TRAILING.sub("", plain).lower().split())
