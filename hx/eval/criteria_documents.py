@@ -55,9 +55,9 @@ _PLACEHOLDER_WORD = re.compile(r"\b(?:" + "|".join(PLACEHOLDER_WORDS) + r")\b")
 _PLACEHOLDER_BRACKET = re.compile(r"[\[<{](?:insert|add|your|placeholder)\b[^\]>}\n]{0,60}[\]>}]", re.IGNORECASE)
 _EXAMPLE_LABEL = re.compile(r"examples?\b")
 _EXAMPLE = re.compile("|".join(re.escape(p) for p in EXAMPLE_PHRASES), re.IGNORECASE)
-_PATH = (r"(?:~[/\\]|\.{1,2}[/\\]|/(?![/\s])|[a-z]:[/\\])[^\s`'\")\]]*"
-         r"|[a-z_][\w-]*(?:[/\\][\w.-]+)+"
-         r"|[\w-]+\.(?:" + "|".join(FILE_TYPES) + r")\b")
+_PATH = (r"(?:~[/\\]|\.{1,2}[/\\]|/(?![/\s])|[a-z]:[/\\])[^\s`'\")\]]*"  # rooted: ~/x, ./x, /x, C:\x
+         r"|[a-z_][\w.-]*(?:[/\\][\w.-]+){2,}"  # relative with two slashes or more (not "C/C++", "key/value")
+         r"|(?:[a-z_][\w.-]*[/\\])*[\w-]+\.(?:" + "|".join(FILE_TYPES) + r")\b")  # a file name, in folders or not
 _NARRATION = re.compile(
     r"\b(?:sav(?:e|es|ed|ing)|writ(?:e|es|ten|ing)|wrote|stor(?:e|es|ed|ing)|export(?:s|ed|ing)?|dump(?:s|ed)?"
     r"|creat(?:e|es|ed|ing)|put)\b(?:[ \t]+\S+){0,6}?[ \t]+(?:to|in|at|as|into|under|on)[ \t]+[`'\"(]?(?:"
