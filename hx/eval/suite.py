@@ -37,6 +37,8 @@ SMOKES = ("memory",)
 """The smoke checks a suite task can name."""
 FREE_BENCHMARK = "free"
 """The task-id prefix free tasks run under (``free:<suite task name>:dev:0``)."""
+SUBMIT_TOOL = "final_answer"
+"""The tool every free task offers to submit its answer; a suite's own tool cannot take the name."""
 _FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -188,6 +190,9 @@ def _check_task(task: SuiteTask, where: str) -> None:
         for tool in names:
             if not _NAME.match(tool):
                 raise SuiteInvalid(f"{at}: free.tools: tool name {tool!r} must be letters, digits, '_', '.' or '-'")
+        if SUBMIT_TOOL in names:
+            raise SuiteInvalid(f"{at}: free.tools: {SUBMIT_TOOL!r} is offered by every free task; name the tool "
+                               "otherwise")
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise SuiteInvalid(f"{at}: free.tools: tool {dupes[0]!r} is given twice")
