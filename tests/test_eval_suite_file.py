@@ -289,3 +289,13 @@ def test_the_document_criteria_judge_a_task_whose_output_is_a_document() -> None
         for spec in task.criteria:
             if CRITERIA[spec.name].document:
                 assert task.free is not None and "Markdown" in task.free.instruction, (task.name, spec.name)
+
+
+def test_the_examples_in_docs_eval_load(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "eval.md").read_text()
+    suite_yaml = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    suite = load_suite(write(tmp_path / "mine.yaml", yaml.safe_load(suite_yaml)))
+    assert [t.task_id for t in suite.tasks] == ["twx:coin:dev:3", "free:capital:dev:0", ""]
+    generated = text.split("```json\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "tasks.json").write_text(generated)
+    assert [t.name for t in load_generated(tmp_path / "tasks.json")] == ["gen-greeting"]
