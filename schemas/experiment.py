@@ -19,6 +19,7 @@ from schemas.event import Event, JsonObject, Payload
 
 ScopeKind = Literal["processor_param", "processor", "model", "env", "procedure"]
 Falsification = Literal["falsified", "not_falsified", "undecided"]
+Design = Literal["crd", "factorial"]
 
 
 class MutableScope(Payload, frozen=True, kw_only=True):
@@ -63,6 +64,9 @@ class ExperimentSpec(Payload, frozen=True, kw_only=True):
     """The same in every arm: model, harness, max_steps, timeout_s, split, tasks_per_game, evolve budget, ..."""
     seed: int = 42
     """Seeds the run order and the attempts."""
+    design: Design = "crd"
+    """``crd``: one factor, completely randomised; ``factorial``: two or more factors, every combination run
+    (the one declared exception to one thing changed per spec)."""
 
 
 class LevelSummary(Payload, frozen=True, kw_only=True):

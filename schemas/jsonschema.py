@@ -1,4 +1,4 @@
-"""Publish the JSON Schema of every event type to ``schemas/json/<type>.json``.
+"""Publish the JSON Schema of every event type to ``schemas/json/<type>.json``, and of the documents users write.
 
 These files are the contract a consumer in another language decodes with; a test fails
 when they and the Structs disagree. Regenerate with ``python -m schemas.jsonschema``.
@@ -16,6 +16,7 @@ import msgspec
 
 import schemas  # noqa: F401 - importing the package registers every event type
 from schemas.event import event_types
+from schemas.experiment import ExperimentSpec
 
 JSON_DIR = Path(__file__).parent / "json"
 
@@ -49,12 +50,27 @@ def schema_of(name: str, cls: type[Any]) -> dict[str, Any]:
     return schema
 
 
+# Documents users write (not events): file stem -> Struct. Their schemas carry no event type or version.
+DOCUMENTS: dict[str, type[Any]] = {"experiment-spec": ExperimentSpec}
+
+
+def document_schema(name: str, cls: type[Any]) -> dict[str, Any]:
+    """The JSON Schema of a document a user writes (an experiment spec), as published."""
+    schema: dict[str, Any] = _clean_descriptions(msgspec.json.schema(cls))
+    schema["$id"] = f"https://hx.dev/schemas/{name}.json"
+    schema["title"] = name
+    return schema
+
+
+def _text(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
 def render_all() -> dict[str, str]:
-    """Every event type's schema as canonical JSON text, keyed by file name."""
-    return {
-        f"{name}.json": json.dumps(schema_of(name, cls), indent=2, sort_keys=True) + "\n"
-        for name, cls in event_types().items()
-    }
+    """Every event type's and document's schema as canonical JSON text, keyed by file name."""
+    rendered = {f"{name}.json": _text(schema_of(name, cls)) for name, cls in event_types().items()}
+    rendered.update({f"{name}.json": _text(document_schema(name, cls)) for name, cls in DOCUMENTS.items()})
+    return rendered
 
 
 def write_all(directory: Path = JSON_DIR) -> list[Path]:
