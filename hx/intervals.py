@@ -130,6 +130,57 @@ def paired_difference(base: Mapping[str, Sequence[float]], candidate: Mapping[st
     return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")
 
 
+def standardised_difference(base: Mapping[str, Sequence[float]], candidate: Mapping[str, Sequence[float]], *,
+                            confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+    """The paired difference over the spread of all the outcomes (a standardised effect size), bootstrapped alike.
+
+    The spread is the standard deviation of both arms' outcomes pooled; when every outcome is the
+    same the effect is 0 (no difference to scale).
+    """
+    common = sorted(set(base) & set(candidate))
+    if not common:
+        raise IntervalError("the two arms played no task in common")
+    b = _arrays({t: base[t] for t in common}, "the base")
+    c = _arrays({t: candidate[t] for t in common}, "the candidate")
+    pairs = [(b[t], c[t]) for t in common]
+    inner = np.random.default_rng(seed + 1)
+
+    def size(drawn: list[tuple[np.ndarray, np.ndarray]]) -> float:
+        spread = float(np.std(np.concatenate([x for pair in drawn for x in pair])))
+        diff = float(np.mean([cand.mean() - bas.mean() for bas, cand in drawn]))
+        return diff / spread if spread > 0 else 0.0
+
+    def statistic(idx: np.ndarray) -> float:
+        return size([(inner.choice(pairs[i][0], pairs[i][0].size), inner.choice(pairs[i][1], pairs[i][1].size))
+                     for i in idx])
+
+    low, high = _bootstrap(len(pairs), statistic, confidence, seed)
+    return Interval(size(pairs), low, high, confidence, "standardised paired bootstrap tasks+attempts")
+
+
+def contrast(arms: Sequence[Mapping[str, Sequence[float]]], weights: Sequence[float], *,
+             confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+    """The weighted sum of the arms' means (e.g. a 2x2 interaction: weights 1, -1, -1, 1), paired over tasks.
+
+    Tasks every arm played are resampled and, inside each, every arm's attempts.
+    """
+    if len(arms) != len(weights) or not arms:
+        raise IntervalError("a contrast needs one weight per arm")
+    common = sorted(set.intersection(*(set(arm) for arm in arms)))
+    if not common:
+        raise IntervalError("the arms played no task in common")
+    rows = [[_arrays({t: arm[t]}, f"arm {n}")[t] for n, arm in enumerate(arms)] for t in common]
+    inner = np.random.default_rng(seed + 1)
+
+    def statistic(idx: np.ndarray) -> float:
+        return float(np.mean([sum(w * inner.choice(a, a.size).mean() for w, a in zip(weights, rows[i], strict=True))
+                              for i in idx]))
+
+    low, high = _bootstrap(len(rows), statistic, confidence, seed)
+    estimate = float(np.mean([sum(w * a.mean() for w, a in zip(weights, row, strict=True)) for row in rows]))
+    return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")
+
+
 def keep_rule(difference: Interval) -> Verdict:
     """KEEP when the difference's interval lies above 0, DISCARD when below, INCONCLUSIVE when it holds 0."""
     if difference.above(0.0):
