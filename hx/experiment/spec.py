@@ -122,8 +122,10 @@ def _check_scope(spec: ExperimentSpec, index: int, where: str) -> None:
         raise _reject(where, f"{at}.scope.target", "is empty")
     if scope.kind == "procedure" and scope.target not in ("evolve", "coevolve"):
         raise _reject(where, f"{at}.scope.target", f"a procedure is evolve or coevolve, not {scope.target!r}")
-    if scope.kind == "processor_param" and "." not in scope.target:
-        raise _reject(where, f"{at}.scope.target", f"{scope.target!r} is not <processor>.<parameter>")
+    if scope.kind == "processor_param" and "." not in scope.target and not all(
+            isinstance(v, Mapping) or v is None for v in scope.levels.values()):
+        raise _reject(where, f"{at}.scope.target", f"{scope.target!r} is not <processor>.<parameter>, so each "
+                      "level must be {parameter: value}")
     values: dict[str, Any] = {}
     for level, value in scope.levels.items():
         source = artifact_of(value)
