@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import tomli_w
 import yaml
+from hx_cli import error_line, hx
 
 from hx.experiment.errors import SpecRejected
 from hx.experiment.falsify import FalsifyParseError, evaluate, parse
@@ -191,3 +192,10 @@ def test_published_schema_is_the_struct() -> None:
     assert published == spec_schema()
     assert published["title"] == "experiment-spec"
 
+
+
+def test_the_cli_rejects_a_spec_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(spec(replications=0)))
+    line = error_line(hx("experiment", "run", str(path)))
+    assert line == f"error: {path}: replications: is 0; at least 1"

@@ -53,8 +53,8 @@ def conclusion_table(spec: ExperimentSpec, concluded: ExperimentConcluded) -> Ta
         verdicts = ", ".join(f"{v}: {e.verdict}" for v, e in zip(spec.response_variables, row, strict=True) if e)
         table.add_row(f"{factor}: {level} - {reference}", *shown, verdicts)
     for inter in concluded.interactions:
-        row = [_shown(inter.contrast) if inter.variable == v else "-" for v in spec.response_variables]
-        table.add_row(f"interaction {inter.factors[0]} x {inter.factors[1]}", *row, "")
+        contrasts = [_shown(inter.contrast) if inter.variable == v else "-" for v in spec.response_variables]
+        table.add_row(f"interaction {inter.factors[0]} x {inter.factors[1]}", *contrasts, "")
     return table
 
 

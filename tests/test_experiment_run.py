@@ -1,0 +1,179 @@
+"""``hx experiment run`` end to end: a real nats-server, TextWorldExpress coin, the random agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
+from hx_cli import error_line, hx, ok
+
+from hx.experiment.design import units
+from hx.experiment.runner import attempt_outputs, run_events
+from hx.experiment.spec import parse_spec, spec_digest
+from hx.harness.config import HarnessConfig
+from hx.harnesses import starter_harness
+from schemas.experiment import ExperimentConcluded, ExperimentStarted
+from schemas.lifecycle import AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
+from streams.config import NatsSettings
+from streams.connection import connect
+from streams.topology import TRACE, trace_filter, trace_subject
+
+SPEC: dict[str, Any] = {
+    "title": "history window",
+    "hypothesis": "a 4-step history window lowers the random agent's steps on coin",
+    "falsified_if": 'diff_low(steps, "short", "long") >= 0',
+    "factors": [{"name": "window", "levels": ["long", "short"],
+                 "scope": {"kind": "processor_param", "target": "history_window.keep_last",
+                           "levels": {"long": 24, "short": 4}}}],
+    "tasks": ["twx:coin:dev:0", "twx:coin:dev:1", "twx:coin:dev:2"],
+    "replications": 2,
+    "response_variables": ["passed", "steps", "invalid_actions"],
+    "controlled_variables": {"model": "random:", "max_steps": 12},
+    "seed": 5,
+}
+
+
+def write(tmp_path: Path, data: dict[str, Any], name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def records(nats_url: str, run_id: str) -> list[Any]:
+    async def read() -> list[Any]:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            return [r async for r in conn.log.read(TRACE.name, subjects=[f"{trace_filter(run_id)[:-6]}.>"])]
+    return asyncio.run(read())
+
+
+def conclusion(nats_url: str, run_id: str) -> ExperimentConcluded:
+    async def read() -> list[Any]:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            return await run_events(conn.log, run_id)
+    [concluded] = [e for e in asyncio.run(read()) if isinstance(e, ExperimentConcluded)]
+    return concluded
+
+
+def plain(value: Any) -> Any:
+    return json.loads(msgspec.json.encode(value))
+
+
+def same_result(a: ExperimentConcluded, b: ExperimentConcluded) -> bool:
+    return msgspec.structs.replace(a, run_id="") == msgspec.structs.replace(b, run_id="")
+
+
+def run(nats_url: str, tmp_path: Path, *args: str) -> Any:
+    return hx("--nats-url", nats_url, "--data-dir", str(tmp_path / "data"), "experiment", "run", *args)
+
+
+def test_a_run_puts_every_unit_on_the_log_in_the_seeded_order_and_concludes(tmp_path: Path, nats_url: str) -> None:
+    path = write(tmp_path, SPEC)
+    result = ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-one", "--json", "--concurrency", "2"))
+    printed = json.loads(result.stdout)
+    spec = parse_spec(SPEC)
+    logged = records(nats_url, "exp-one")
+    events = [r.event for r in logged]
+    [started] = [e for e in events if isinstance(e, RunStarted)]
+    assert started.kind == "experiment" and started.config["spec_digest"] == spec_digest(spec)
+    [exp] = [e for e in events if isinstance(e, ExperimentStarted)]
+    assert exp.order == tuple(u.key for u in units(spec)) and exp.spec_digest == spec_digest(spec)
+    assert exp.order != tuple(sorted(exp.order))  # shuffled, not in listing order
+    # one round per cell, each with the harness its level makes: only keep_last differs
+    rounds = {e.round: e for e in events if isinstance(e, RoundStarted)}
+    assert [(r, rounds[r].variant) for r in sorted(rounds)] == [(0, "long"), (1, "short")]
+    short = starter_harness("textworld").to_dict()
+    next(p for p in short["processors"] if p["type"] == "history_window")["params"]["keep_last"] = 4
+    assert rounds[0].harness_digest == starter_harness("textworld").digest
+    assert rounds[1].harness_digest == HarnessConfig.from_dict(short).digest != rounds[0].harness_digest
+    started_attempts = {(e.round, e.task_id, e.attempt) for e in events if isinstance(e, AttemptStarted)}
+    assert started_attempts == {(c, t, r) for c in (0, 1) for t in SPEC["tasks"] for r in (0, 1)}
+    concluded = conclusion(nats_url, "exp-one")
+    assert printed == plain(concluded)
+    assert concluded.units == 12 and concluded.spec_digest == spec_digest(spec)
+    means = {(s.level, s.variable): s for s in concluded.levels}
+    assert set(means) == {(lv, v) for lv in ("long", "short") for v in SPEC["response_variables"]}
+    assert means[("long", "passed")].mean.method.startswith("wilson")
+    assert all(s.n == 6 for s in concluded.levels)
+    assert {(e.level, e.reference, e.variable) for e in concluded.effects} == {
+        ("short", "long", v) for v in SPEC["response_variables"]}
+    assert concluded.falsified in ("falsified", "not_falsified")
+    assert concluded.detail.startswith(SPEC["falsified_if"])
+    assert [e.attempts for e in events if isinstance(e, RoundFinished)] == [6, 6]
+    assert [e.status for e in events if isinstance(e, RunFinished)] == ["completed"]
+
+
+def test_resume_after_a_unit_budget_equals_an_uninterrupted_run(tmp_path: Path, nats_url: str) -> None:
+    path = write(tmp_path, SPEC)
+    first = ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-part", "--units", "5"))
+    assert "5 of 12 units done" in first.stdout and "--resume exp-part" in first.stdout
+    assert not [e for e in (r.event for r in records(nats_url, "exp-part")) if isinstance(e, ExperimentConcluded)]
+    # an attempt cut off mid-way (its process killed): started on the log, never finished
+    spec = parse_spec(SPEC)
+    done = {(r.event.round, r.event.task_id, r.event.attempt) for r in records(nats_url, "exp-part")
+            if isinstance(r.event, AttemptStarted)}
+    cut = next(u for u in units(spec) if (u.cell.index, u.task, u.replication) not in done)
+
+    async def plant() -> None:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            await conn.log.append(trace_subject("exp-part", cut.cell.index, cut.task, cut.replication),
+                                  AttemptStarted(run_id="exp-part", round=cut.cell.index, task_id=cut.task,
+                                                 attempt=cut.replication))
+    asyncio.run(plant())
+    resumed = ok(run(nats_url, tmp_path, str(path), "--resume", "exp-part"))
+    assert "run exp-part" in resumed.stdout and "falsified_if:" in resumed.stdout
+    ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-whole"))
+    assert same_result(conclusion(nats_url, "exp-part"), conclusion(nats_url, "exp-whole"))
+
+    async def outputs() -> dict[str, Any]:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            return await attempt_outputs(conn.log, "exp-part")
+    retried = [o for o in asyncio.run(outputs()).values() if o.task == cut.task and o.round == cut.cell.index]
+    # the cut-off attempt stays as it was; the unit ran again on a fresh attempt number
+    assert sorted((o.attempt, o.finished) for o in retried if o.attempt % 2 == cut.replication) == [
+        (cut.replication, False), (cut.replication + 2, True)]
+    again = ok(run(nats_url, tmp_path, str(path), "--resume", "exp-part", "--json"))
+    assert json.loads(again.stdout) == plain(conclusion(nats_url, "exp-part"))
+
+
+def test_resume_refuses_another_spec_and_an_unknown_run(tmp_path: Path, nats_url: str) -> None:
+    path = write(tmp_path, SPEC)
+    ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-a", "--units", "1"))
+    other = write(tmp_path, {**SPEC, "seed": 6}, "other.yaml")
+    assert "the spec differs from the one the run started with" in error_line(
+        run(nats_url, tmp_path, str(other), "--resume", "exp-a"))
+    assert error_line(run(nats_url, tmp_path, str(path), "--resume", "exp-none")) == (
+        "error: --resume exp-none: no such run on the log")
+
+
+def test_a_two_by_two_factorial_reports_its_interaction(tmp_path: Path, nats_url: str) -> None:
+    data = {**SPEC, "design": "factorial", "tasks": SPEC["tasks"][:2], "replications": 1,
+            "falsified_if": 'diff_high(steps, "window=short", "window=long") > 0',
+            "factors": [*SPEC["factors"], {"name": "trim", "levels": ["wide", "narrow"],
+                                           "scope": {"kind": "processor_param", "target": "observation_trim.max_chars",
+                                                     "levels": {"wide": 3000, "narrow": 200}}}]}
+    ok(run(nats_url, tmp_path, str(write(tmp_path, data)), "--run-id", "exp-2x2"))
+    concluded = conclusion(nats_url, "exp-2x2")
+    assert concluded.units == 8
+    arms = {s.level for s in concluded.levels}
+    assert {"window=long,trim=wide", "window=short,trim=narrow", "window=short", "trim=narrow"} <= arms
+    assert {(i.factors, i.variable) for i in concluded.interactions} == {
+        (("window", "trim"), v) for v in SPEC["response_variables"]}
+    assert {(e.factor, e.level) for e in concluded.effects} == {("window", "short"), ("trim", "narrow")}
+    assert concluded.falsified != "undecided", concluded.detail
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"replications": 0}, "replications: is 0; at least 1"),
+    ({"falsified_if": "mean(on) - mean(off) < 0.5 across all replications"}, "falsified_if: does not parse"),
+])
+def test_a_rejected_spec_is_one_line_and_nothing_is_written(tmp_path: Path, nats_url: str,
+                                                            change: dict[str, Any], said: str) -> None:
+    path = write(tmp_path, {**SPEC, **change})
+    line = error_line(run(nats_url, tmp_path, str(path), "--run-id", "exp-bad"))
+    assert line.startswith(f"error: {path}: ") and said in line
+    assert records(nats_url, "exp-bad") == []
