@@ -12,8 +12,8 @@ import tomli_w
 import yaml
 from hx_cli import error_line, hx
 
-from hx.experiment.errors import SpecRejected
-from hx.experiment.falsify import FalsifyParseError, evaluate, parse
+from hx.experiment.errors import FalsifyUnparsed, SpecRejected
+from hx.experiment.falsify import evaluate, parse
 from hx.experiment.spec import cells, load_spec, parse_spec, spec_digest, spec_schema
 from schemas.evaluation import Bounds
 from schemas.jsonschema import JSON_DIR
@@ -183,7 +183,7 @@ def test_the_detail_fills_in_the_values() -> None:
 def test_parse_never_evaluates_python() -> None:
     for source in ('(lambda: 1)() > 0', '[1][0] > 0', 'mean(passed, "on") if 1 else 0', 'x.y > 0',
                    'mean(passed, level="on") > 0', '"a" < "b"'):
-        with pytest.raises(FalsifyParseError):
+        with pytest.raises(FalsifyUnparsed):
             parse(source)
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hx.experiment.errors import FalsifyUnparsed
 from schemas.evaluation import Bounds
 
 # name -> number of arguments (variable first, then levels)
@@ -39,11 +40,7 @@ _ARITH: dict[type[ast.operator], Callable[[float, float], float]] = {
 }
 
 
-class FalsifyParseError(ValueError):
-    """The expression is outside the language; the message says which part."""
-
-
-class Undecidable(Exception):
+class _Undecidable(Exception):
     """A value the expression needs is not in the conclusion (or a division by zero)."""
 
 
@@ -77,7 +74,7 @@ def _argument(node: ast.expr, what: str, *, bare: bool) -> str:
         return node.value
     if bare and isinstance(node, ast.Name):
         return node.id
-    raise FalsifyParseError(f"{what} must be {'a name or ' if bare else ''}a quoted string, "
+    raise FalsifyUnparsed(f"{what} must be {'a name or ' if bare else ''}a quoted string, "
                             f"not {ast.unparse(node)!r}")
 
 
@@ -100,35 +97,35 @@ def _check(node: ast.AST, variables: set[str], levels: set[str], pairs: set[tupl
     elif isinstance(node, ast.Call):
         name = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
         if name not in FUNCTIONS:
-            raise FalsifyParseError(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)})")
+            raise FalsifyUnparsed(f"unknown function {name!r} (known: {', '.join(FUNCTIONS)})")
         if node.keywords or len(node.args) != FUNCTIONS[name]:
-            raise FalsifyParseError(f"{name}() takes {FUNCTIONS[name]} positional arguments")
+            raise FalsifyUnparsed(f"{name}() takes {FUNCTIONS[name]} positional arguments")
         variables.add(_argument(node.args[0], f"{name}()'s response variable", bare=True))
         named = [_argument(arg, f"{name}()'s level", bare=False) for arg in node.args[1:]]
         levels.update(named)
         if len(named) == 2:
             pairs.add((named[0], named[1]))
     elif isinstance(node, ast.Name):
-        raise FalsifyParseError(f"unknown name {node.id!r} (a response variable goes inside a function)")
+        raise FalsifyUnparsed(f"unknown name {node.id!r} (a response variable goes inside a function)")
     else:
-        raise FalsifyParseError(f"{ast.unparse(node)!r} is not allowed")
+        raise FalsifyUnparsed(f"{ast.unparse(node)!r} is not allowed")
 
 
 def parse(source: str) -> Expression:
-    """Parse a falsified_if; raises FalsifyParseError naming what is outside the language."""
+    """Parse a falsified_if; raises FalsifyUnparsed naming what is outside the language."""
     if not source.strip():
-        raise FalsifyParseError("it is empty")
+        raise FalsifyUnparsed("it is empty")
     try:
         tree = ast.parse(source.strip(), mode="eval").body
     except SyntaxError as exc:
-        raise FalsifyParseError(f"syntax error: {exc.msg}") from exc
+        raise FalsifyUnparsed(f"syntax error: {exc.msg}") from exc
     variables: set[str] = set()
     levels: set[str] = set()
     pairs: set[tuple[str, str]] = set()
     _check(tree, variables, levels, pairs)
     if not isinstance(tree, (ast.Compare, ast.BoolOp)) and not (
             isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.Not)):
-        raise FalsifyParseError("it must be a comparison (true when the data refute the hypothesis)")
+        raise FalsifyUnparsed("it must be a comparison (true when the data refute the hypothesis)")
     return Expression(source.strip(), tree, frozenset(variables), frozenset(levels), frozenset(pairs))
 
 
@@ -140,7 +137,7 @@ def _call(node: ast.Call, results: Results) -> float:
     if len(named) == 1:
         mean = results.level_mean(variable, named[0])
         if mean is None:
-            raise Undecidable(f"no {variable} at level {named[0]!r}")
+            raise _Undecidable(f"no {variable} at level {named[0]!r}")
         return {"mean": mean.estimate, "low": mean.low, "high": mean.high}[name]
     level, reference = named
     found = results.effect(variable, level, reference)
@@ -150,7 +147,7 @@ def _call(node: ast.Call, results: Results) -> float:
         found = results.effect(variable, reference, level)
         sign = -1.0
     if found is None:
-        raise Undecidable(f"no effect of {level!r} against {reference!r} on {variable}")
+        raise _Undecidable(f"no effect of {level!r} against {reference!r} on {variable}")
     difference, size = found
     if name == "effect":
         return sign * size.estimate
@@ -178,12 +175,12 @@ def _value(node: ast.expr, results: Results, filled: Mapping[int, float]) -> flo
     if isinstance(node, ast.BinOp):
         left, right = float(_value(node.left, results, filled)), float(_value(node.right, results, filled))
         if isinstance(node.op, ast.Div) and right == 0:
-            raise Undecidable("division by zero")
+            raise _Undecidable("division by zero")
         return _ARITH[type(node.op)](left, right)
     if isinstance(node, ast.Compare):
         parts = [float(_value(p, results, filled)) for p in (node.left, *node.comparators)]
         return all(_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, parts, parts[1:], strict=False))
-    raise Undecidable(f"{ast.unparse(node)!r} cannot be evaluated")  # unreachable after parse()
+    raise _Undecidable(f"{ast.unparse(node)!r} cannot be evaluated")  # unreachable after parse()
 
 
 class _Fill(ast.NodeTransformer):
@@ -207,7 +204,7 @@ def evaluate(expression: Expression, results: Results) -> tuple[bool | None, str
             if isinstance(node, ast.Call):
                 filled[id(node)] = _call(node, results)
         verdict = bool(_value(tree.body, results, filled))
-    except Undecidable as exc:
+    except _Undecidable as exc:
         return None, f"{expression.source}: undecided, {exc}"
     shown = ast.unparse(_Fill(filled).visit(tree))
     return verdict, f"{expression.source}: {shown} is {verdict}"

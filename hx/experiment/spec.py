@@ -26,8 +26,8 @@ from typing import Any
 import msgspec
 import yaml
 
-from hx.experiment.errors import SpecRejected
-from hx.experiment.falsify import Expression, FalsifyParseError, parse
+from hx.experiment.errors import FalsifyUnparsed, SpecRejected
+from hx.experiment.falsify import Expression, parse
 from schemas.experiment import ExperimentSpec, Factor, MutableScope
 from schemas.jsonschema import document_schema
 
@@ -170,8 +170,8 @@ def _check_falsify(spec: ExperimentSpec, where: str) -> Expression:
     """The falsified_if parses and names only the spec's response variables and levels."""
     try:
         expression = parse(spec.falsified_if)
-    except FalsifyParseError as exc:
-        raise _reject(where, "falsified_if", f"does not parse: {exc}") from exc
+    except FalsifyUnparsed as exc:
+        raise FalsifyUnparsed(f"{where}: falsified_if: does not parse: {exc}") from exc
     unknown = sorted(expression.variables - set(spec.response_variables))
     if unknown:
         raise _reject(where, "falsified_if", f"names {', '.join(unknown)}, not a response variable of this spec")
