@@ -12,11 +12,15 @@ import pytest
 import yaml
 from hx_cli import error_line, hx, ok
 
-from hx.experiment.design import units
+from hx.experiment.design import design_cells, units
+from hx.experiment.errors import ExperimentError
+from hx.experiment.levels import arm_of
 from hx.experiment.runner import attempt_outputs, run_events
 from hx.experiment.spec import parse_spec, spec_digest
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
+from hx.runtime.models import ModelConfig
+from projections.ledger_reader import read_run_ledger
 from schemas.experiment import ExperimentConcluded, ExperimentStarted
 from schemas.lifecycle import AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
@@ -177,3 +181,58 @@ def test_a_rejected_spec_is_one_line_and_nothing_is_written(tmp_path: Path, nats
     line = error_line(run(nats_url, tmp_path, str(path), "--run-id", "exp-bad"))
     assert line.startswith(f"error: {path}: ") and said in line
     assert records(nats_url, "exp-bad") == []
+
+
+def test_a_procedure_level_plays_its_evolutions_product_and_an_artifact_level_the_same(
+        tmp_path: Path, nats_url: str) -> None:
+    data = {**SPEC, "tasks": SPEC["tasks"][:2], "replications": 1,
+            "falsified_if": 'diff_high(passed, "evolved", "base") <= 0',
+            "factors": [{"name": "procedure", "levels": ["base", "evolved", "again"],
+                         "scope": {"kind": "procedure", "target": "evolve",
+                                   "levels": {"base": None, "evolved": {"rounds": 1, "tasks": 2, "heldout_tasks": 1,
+                                                                        "candidates": 1},
+                                              "again": {"artifact_of": "evolved"}}}}]}
+    ok(run(nats_url, tmp_path, str(write(tmp_path, data)), "--run-id", "exp-evo"))
+
+    async def ledger() -> Any:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            return await read_run_ledger(conn.log, "exp-evo-procedure-evolved")
+    evolution = asyncio.run(ledger())
+    assert evolution is not None and evolution.finished is not None
+    assert evolution.opened.settings["rollout"]["max_steps"] == SPEC["controlled_variables"]["max_steps"]
+    product = evolution.variants[evolution.root].current.digest
+    rounds = {e.variant: e.harness_digest for e in (r.event for r in records(nats_url, "exp-evo"))
+              if isinstance(e, RoundStarted)}
+    assert rounds == {"base": starter_harness("textworld").digest, "evolved": product, "again": product}
+    assert conclusion(nats_url, "exp-evo").units == 6
+
+
+def test_each_scope_changes_only_its_target() -> None:
+    base = starter_harness("textworld")
+    models = ModelConfig(main="random:")
+
+    def arm(kind: str, target: str, levels: dict[str, Any], level: str, config: dict[str, Any] | None = None) -> Any:
+        data = {**SPEC, "factors": [{"name": "f", "levels": list(levels),
+                                     "scope": {"kind": kind, "target": target, "levels": levels,
+                                               "config": config or {}}}],
+                "controlled_variables": {}, "falsified_if": f'mean(passed, "{level}") < 0'}
+        spec = parse_spec(data)
+        [cell] = [c for c in design_cells(spec) if c.name == level]
+        return arm_of(spec, cell, base, models)
+
+    removed = arm("processor", "loop_detector", {"on": True, "off": False}, "off")
+    assert "loop_detector" not in [p["type"] for p in removed.harness.to_dict()["processors"]]
+    assert removed.models == models and removed.env == {}
+    added = arm("processor", "loop_detector", {"off": None, "on": True}, "on",
+                {"hooks": ["after_tool"], "params": {"warn_after": 2}})
+    [detector] = [p for p in added.harness.to_dict()["processors"] if p["type"] == "loop_detector"]
+    assert detector["params"]["warn_after"] == 2 and tuple(detector["hooks"]) == ("after_tool",)
+    one_param = arm("processor_param", "loop_detector", {"a": {"warn_after": 3}, "b": {"warn_after": 5}}, "b")
+    [detector] = [p for p in one_param.harness.to_dict()["processors"] if p["type"] == "loop_detector"]
+    assert detector["params"] == {**detector["params"], "warn_after": 5, "interrupt_after": 12}
+    model = arm("model", "main", {"a": "random:", "b": "random:b"}, "b")
+    assert model.models.main == "random:b" and model.harness.digest == base.digest
+    env = arm("env", "HX_EXPERIMENT_FLAG", {"off": None, "on": "1"}, "on")
+    assert env.env == {"HX_EXPERIMENT_FLAG": "1"} and env.harness.digest == base.digest
+    with pytest.raises(ExperimentError, match="no processor 'nope'"):
+        arm("processor_param", "nope.x", {"a": 1, "b": 2}, "b")

@@ -107,7 +107,7 @@ def run_command(app: App, spec_path: Path, resume: str | None, model: str | None
 async def _run(app: App, spec: ExperimentSpec, spec_path: Path, run_id: str, resume: bool, concurrency: int,
                max_units: int | None) -> tuple[ExperimentConcluded | None, ExperimentRun]:
     async with app.connect() as conn:
-        experiment = ExperimentRun(spec, conn.log, run_id=run_id, base_dir=spec_path.parent,
+        experiment = ExperimentRun(spec, conn, run_id=run_id, base_dir=spec_path.parent,
                                    concurrency=concurrency)
         console = stderr_console()
         console.print(f"experiment {run_id}: {len(experiment.order)} units "
