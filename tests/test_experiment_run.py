@@ -236,3 +236,17 @@ def test_each_scope_changes_only_its_target() -> None:
     assert env.env == {"HX_EXPERIMENT_FLAG": "1"} and env.harness.digest == base.digest
     with pytest.raises(ExperimentError, match="no processor 'nope'"):
         arm("processor_param", "nope.x", {"a": 1, "b": 2}, "b")
+
+
+@pytest.mark.parametrize(("levels", "said"), [
+    ({"base": None, "co": {"budget": 4}}, "the coevolve procedure is not runnable"),
+    ({"base": None, "evolved": {"rounds": 1, "budget": 4}}, "unknown evolve option(s) budget"),
+])
+def test_a_procedure_the_runner_cannot_make_is_refused_before_anything_is_written(
+        tmp_path: Path, nats_url: str, levels: dict[str, Any], said: str) -> None:
+    target = "coevolve" if "co" in levels else "evolve"
+    data = {**SPEC, "falsified_if": f'mean(passed, "{list(levels)[1]}") < 0',
+            "factors": [{"name": "p", "levels": list(levels),
+                         "scope": {"kind": "procedure", "target": target, "levels": levels}}]}
+    assert said in error_line(run(nats_url, tmp_path, str(write(tmp_path, data)), "--run-id", "exp-proc"))
+    assert records(nats_url, "exp-proc") == []

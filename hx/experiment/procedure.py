@@ -67,6 +67,25 @@ def _product(ledger: RunLedger) -> HarnessConfig:
     return HarnessConfig.from_spec(version.harness, where=f"the harness run {ledger.run_id!r} ended with")
 
 
+def check_procedures(spec: ExperimentSpec) -> None:
+    """Raise ExperimentError for a procedure level this runner cannot make, before anything is written."""
+    for factor in spec.factors:
+        scope = factor.scope
+        if scope.kind != "procedure":
+            continue
+        if scope.target != "evolve":
+            raise ExperimentError(f"factor {factor.name!r}: the {scope.target} procedure is not runnable by "
+                                  "hx experiment run yet; use evolve")
+        for level in factor.levels:
+            options = scope.levels[level]
+            if options is None or artifact_of(options) is not None:
+                continue
+            where = f"factor {factor.name!r} level {level!r}"
+            if not isinstance(options, Mapping):
+                raise ExperimentError(f"{where}: an evolve level's value is its options (a mapping) or null")
+            _request(options, ("-",), "random:", 1, spec.seed, 1, where)
+
+
 async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping[str, Benchmark], *, run_id: str,
                         base: HarnessConfig, model: str, max_steps: int,
                         concurrency: int) -> dict[tuple[str, str], tuple[HarnessConfig, ModelConfig]]:

@@ -34,7 +34,7 @@ from hx.experiment.analysis import conclude
 from hx.experiment.design import Unit, attempt_number, design_cells, replication_of, units
 from hx.experiment.errors import ExperimentError
 from hx.experiment.levels import Arm, arm_of
-from hx.experiment.procedure import make_products
+from hx.experiment.procedure import check_procedures, make_products
 from hx.experiment.spec import spec_digest, spec_to_dict
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
@@ -194,6 +194,7 @@ class ExperimentRun:
         self.log: EventLog = conn.log
         self.run_id = run_id
         self.controlled = Controlled.of(spec, base_dir)
+        check_procedures(spec)
         self.cells = design_cells(spec)
         self.order = units(spec)
         self.by_key = {(u.cell.index, u.task, u.replication): u for u in self.order}
