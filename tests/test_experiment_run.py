@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,7 @@ from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
 from projections.ledger_reader import read_run_ledger
 from schemas.experiment import ExperimentConcluded, ExperimentStarted
-from schemas.lifecycle import AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
+from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.topology import TRACE, trace_filter, trace_subject
@@ -250,3 +254,27 @@ def test_a_procedure_the_runner_cannot_make_is_refused_before_anything_is_writte
                          "scope": {"kind": "procedure", "target": target, "levels": levels}}]}
     assert said in error_line(run(nats_url, tmp_path, str(write(tmp_path, data)), "--run-id", "exp-proc"))
     assert records(nats_url, "exp-proc") == []
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_conclusion(tmp_path: Path, nats_url: str) -> None:
+    path = write(tmp_path, SPEC)
+    env = {**os.environ, "HX_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "hx", "--nats-url", nats_url, "experiment", "run", str(path),
+                             "--run-id", "exp-killed"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # each finished unit prints a line: kill the process after the third
+            if line.strip().startswith("3/12 "):
+                break
+        else:
+            raise AssertionError(f"the run ended before its third unit (exit {proc.wait()})")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not [r for r in records(nats_url, "exp-killed") if isinstance(r.event, ExperimentConcluded)]
+    ok(run(nats_url, tmp_path, str(path), "--resume", "exp-killed"))
+    # every unit finished exactly once: the units done before the kill were not played again
+    assert len([r for r in records(nats_url, "exp-killed") if isinstance(r.event, AttemptFinished)]) == 12
+    ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-unbroken"))
+    assert same_result(conclusion(nats_url, "exp-killed"), conclusion(nats_url, "exp-unbroken"))
