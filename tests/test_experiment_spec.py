@@ -138,6 +138,10 @@ def test_two_mutable_scopes_are_rejected_unless_a_declared_factorial() -> None:
     same_scope = copy.deepcopy(two)
     same_scope["factors"][1]["scope"] = same_scope["factors"][0]["scope"]
     assert "same scope" in rejected(dict(same_scope, design="factorial", falsified_if=by_factor))
+    by_cell = 'diff(passed, "prior_knowledge_pass=on,guard=on", "prior_knowledge_pass=off,guard=off") > 0'
+    assert "compare two levels of one factor" in rejected(dict(two, design="factorial", falsified_if=by_cell))
+    across = 'diff(passed, "prior_knowledge_pass=on", "guard=off") > 0'
+    assert "compare two levels of one factor" in rejected(dict(two, design="factorial", falsified_if=across))
     assert "more than one factor" in rejected(dict(two, design="factorial", falsified_if='mean(passed, "on") < 1'))
 
 
