@@ -278,3 +278,14 @@ def test_a_killed_run_resumes_to_the_uninterrupted_conclusion(tmp_path: Path, na
     assert len([r for r in records(nats_url, "exp-killed") if isinstance(r.event, AttemptFinished)]) == 12
     ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-unbroken"))
     assert same_result(conclusion(nats_url, "exp-killed"), conclusion(nats_url, "exp-unbroken"))
+
+
+def test_model_replaces_the_controlled_model_and_is_part_of_the_spec(tmp_path: Path, nats_url: str) -> None:
+    path = write(tmp_path, SPEC)
+    ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-model", "--units", "1", "--model", "random:other"))
+    [exp] = [r.event for r in records(nats_url, "exp-model") if isinstance(r.event, ExperimentStarted)]
+    assert exp.spec["controlled_variables"]["model"] == "random:other"
+    [started] = [r.event for r in records(nats_url, "exp-model") if isinstance(r.event, AttemptStarted)]
+    assert started.model == "random:other"
+    assert "the spec differs" in error_line(run(nats_url, tmp_path, str(path), "--resume", "exp-model"))
+    ok(run(nats_url, tmp_path, str(path), "--resume", "exp-model", "--units", "1", "--model", "random:other"))
