@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 import json
 from pathlib import Path
 from typing import Any
@@ -69,8 +70,9 @@ def test_the_seed_shape_normalises_to_factors() -> None:
 @pytest.mark.parametrize("suffix", [".yaml", ".toml", ".json"])
 def test_every_format_loads_the_same_spec(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"exp{suffix}"
-    dump = {".yaml": yaml.safe_dump, ".toml": tomli_w.dumps, ".json": json.dumps}[suffix]
-    path.write_text(dump(SEED))
+    dumps: dict[str, Callable[[dict[str, Any]], str]] = {
+        ".yaml": yaml.safe_dump, ".toml": tomli_w.dumps, ".json": json.dumps}
+    path.write_text(dumps[suffix](SEED))
     assert spec_digest(load_spec(path)) == spec_digest(parse_spec(SEED))
 
 
