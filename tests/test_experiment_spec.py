@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
