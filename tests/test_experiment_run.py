@@ -240,6 +240,18 @@ def test_each_scope_changes_only_its_target() -> None:
     assert env.env == {"HX_EXPERIMENT_FLAG": "1"} and env.harness.digest == base.digest
     with pytest.raises(ExperimentError, match="no processor 'nope'"):
         arm("processor_param", "nope.x", {"a": 1, "b": 2}, "b")
+    # a procedure level plays its product; an artifact level the product it names; a null level the base
+    product = base.remove("loop_detector")
+    spec = parse_spec({**SPEC, "falsified_if": 'mean(passed, "evolved") < 0', "controlled_variables": {},
+                       "factors": [{"name": "p", "levels": ["base", "evolved", "again"],
+                                    "scope": {"kind": "procedure", "target": "evolve",
+                                              "levels": {"base": None, "evolved": {"rounds": 1},
+                                                         "again": {"artifact_of": "evolved"}}}}]})
+    products = {("p", "evolved"): (product, models), ("p", "again"): (product, models)}
+    digests = {c.name: arm_of(spec, c, base, models, products).harness.digest for c in design_cells(spec)}
+    assert digests == {"base": base.digest, "evolved": product.digest, "again": product.digest}
+    with pytest.raises(ExperimentError, match="not made yet"):
+        arm_of(spec, design_cells(spec)[1], base, models, {})
 
 
 @pytest.mark.parametrize(("levels", "said"), [
