@@ -96,15 +96,20 @@ class _Attempts:
         self.flat = np.concatenate(arrays) if arrays else np.zeros(0)
         self.means = np.array([a.mean() for a in arrays])
 
-    def resampled_means(self, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """For each drawn task in ``idx`` (any shape), the mean of its attempts drawn again with replacement."""
+    def resampled_sums(self, idx: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """For each drawn task in ``idx`` (any shape), the sum and the sum of squares of its attempts drawn again."""
         flat_idx = idx.reshape(-1)
         n = self.sizes[flat_idx]
         owner = np.repeat(np.arange(flat_idx.size), n)
         offsets = (rng.random(owner.size) * n[owner]).astype(np.int64)
         picked = self.flat[self.starts[flat_idx][owner] + offsets]
-        sums = np.bincount(owner, weights=picked, minlength=flat_idx.size)
-        means: np.ndarray = (sums / n).reshape(idx.shape)
+        sums = np.bincount(owner, weights=picked, minlength=flat_idx.size).reshape(idx.shape)
+        squares = np.bincount(owner, weights=picked * picked, minlength=flat_idx.size).reshape(idx.shape)
+        return sums, squares
+
+    def resampled_means(self, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """For each drawn task in ``idx`` (any shape), the mean of its attempts drawn again with replacement."""
+        means: np.ndarray = self.resampled_sums(idx, rng)[0] / self.sizes[idx]
         return means
 
 
@@ -183,6 +188,70 @@ def paired_difference(base: Mapping[str, Sequence[float]], candidate: Mapping[st
     per = int(base_attempts.sizes.sum() + cand_attempts.sizes.sum())
     low, high = _bootstrap(len(common), statistic, confidence, seed, per)
     estimate = float(((cand_attempts.means - base_attempts.means) * w).sum() / w.sum())
+    return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")
+
+
+def _common(arms: Sequence[Mapping[str, Sequence[float]]], names: Sequence[str]) -> tuple[list[str], list[_Attempts]]:
+    """The tasks every arm played, and each arm's attempts on them."""
+    common = sorted(set.intersection(*(set(arm) for arm in arms)))
+    if not common:
+        raise IntervalError("the two arms played no task in common" if len(arms) == 2
+                            else "the arms played no task in common")
+    return common, [_Attempts(list(_arrays({t: arm[t] for t in common}, name).values()))
+                    for arm, name in zip(arms, names, strict=True)]
+
+
+def standardised_difference(base: Mapping[str, Sequence[float]], candidate: Mapping[str, Sequence[float]], *,
+                            confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+    """The paired difference over the spread of all the outcomes (a standardised effect size), bootstrapped alike.
+
+    The spread is the standard deviation of both arms' outcomes pooled; when every outcome is the
+    same the effect is 0 (no difference to scale).
+    """
+    common, (b, c) = _common([base, candidate], ["the base", "the candidate"])
+    inner = np.random.default_rng(seed + 1)
+
+    def size(diff: np.ndarray, total: np.ndarray, squares: np.ndarray, count: np.ndarray) -> np.ndarray:
+        mean = total / count
+        spread = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
+        safe = np.where(spread > 1e-12, spread, 1.0)
+        values: np.ndarray = np.where(spread > 1e-12, diff / safe, 0.0)
+        return values
+
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        (bs, bq), (cs, cq) = b.resampled_sums(idx, inner), c.resampled_sums(idx, inner)
+        nb, nc = b.sizes[idx], c.sizes[idx]
+        diff = (cs / nc - bs / nb).mean(axis=-1)
+        return size(diff, (bs + cs).sum(axis=-1), (bq + cq).sum(axis=-1), (nb + nc).sum(axis=-1))
+
+    per = int(b.sizes.sum() + c.sizes.sum())
+    low, high = _bootstrap(len(common), statistic, confidence, seed, per)
+    everything = np.concatenate((b.flat, c.flat))
+    estimate = size(np.asarray((c.means - b.means).mean()), np.asarray(everything.sum()),
+                    np.asarray((everything ** 2).sum()), np.asarray(float(everything.size)))
+    return Interval(float(estimate), low, high, confidence, "standardised paired bootstrap tasks+attempts")
+
+
+def contrast(arms: Sequence[Mapping[str, Sequence[float]]], weights: Sequence[float], *,
+             confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+    """The weighted sum of the arms' means (e.g. a 2x2 interaction: weights 1, -1, -1, 1), paired over tasks.
+
+    Tasks every arm played are resampled and, inside each, every arm's attempts.
+    """
+    if len(arms) != len(weights) or not arms:
+        raise IntervalError("a contrast needs one weight per arm")
+    common, attempts = _common(arms, [f"arm {n}" for n in range(len(arms))])
+    coefficients = [float(w) for w in weights]
+    inner = np.random.default_rng(seed + 1)
+
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        total = sum(w * arm.resampled_means(idx, inner) for w, arm in zip(coefficients, attempts, strict=True))
+        values: np.ndarray = np.asarray(total).mean(axis=-1)
+        return values
+
+    per = int(sum(arm.sizes.sum() for arm in attempts))
+    low, high = _bootstrap(len(common), statistic, confidence, seed, per)
+    estimate = float(np.sum([w * arm.means for w, arm in zip(coefficients, attempts, strict=True)], axis=0).mean())
     return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")
 
 

@@ -19,6 +19,7 @@ from schemas.event import Event, JsonObject, Payload
 
 ScopeKind = Literal["processor_param", "processor", "model", "env", "procedure"]
 Falsification = Literal["falsified", "not_falsified", "undecided"]
+Design = Literal["crd", "factorial"]
 
 
 class MutableScope(Payload, frozen=True, kw_only=True):
@@ -56,13 +57,16 @@ class ExperimentSpec(Payload, frozen=True, kw_only=True):
     factors: tuple[Factor, ...]
     """One factor; two or more make a full factorial, every combination of levels run."""
     tasks: tuple[str, ...]
-    """Task ids (``twx:coin:dev:3``) or ``BENCH:GAME`` with ``tasks_per_game`` in ``controlled_variables``."""
+    """Task ids (``twx:coin:dev:3``), each played in every cell ``replications`` times."""
     replications: int
     response_variables: tuple[str, ...]
     controlled_variables: JsonObject = {}
-    """The same in every arm: model, harness, max_steps, timeout_s, split, tasks_per_game, evolve budget, ..."""
+    """The same in every arm: model, harness (a file, relative to the spec), max_steps, timeout_s, ..."""
     seed: int = 42
     """Seeds the run order and the attempts."""
+    design: Design = "crd"
+    """``crd``: one factor, completely randomised; ``factorial``: two or more factors, every combination run
+    (the one declared exception to one thing changed per spec)."""
 
 
 class LevelSummary(Payload, frozen=True, kw_only=True):

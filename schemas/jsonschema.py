@@ -1,4 +1,4 @@
-"""Publish the JSON Schema of every event type to ``schemas/json/<type>.json``.
+"""Publish the JSON Schema of every event type to ``schemas/json/<type>.json``, and of the documents users write.
 
 These files are the contract a consumer in another language decodes with; a test fails
 when they and the Structs disagree. Regenerate with ``python -m schemas.jsonschema``.
@@ -16,11 +16,10 @@ import msgspec
 
 import schemas  # noqa: F401 - importing the package registers every event type
 from schemas.event import event_types
+from schemas.experiment import ExperimentSpec
+from schemas.suite import GeneratedTasks, Suite
 
 JSON_DIR = Path(__file__).parent / "json"
-DOCUMENT_SCHEMAS = frozenset({"suite.json", "generated-tasks.json"})
-"""Schemas of documents, not events, published in the same folder by ``hx.eval.suite_schema`` (a floor this package
-cannot import): the event schemas' writer leaves them alone."""
 
 
 # Keys whose values are data (a default, an example), not schemas: a "description" inside them stays.
@@ -52,12 +51,27 @@ def schema_of(name: str, cls: type[Any]) -> dict[str, Any]:
     return schema
 
 
+# Documents users write (not events): file stem -> Struct. Their schemas carry no event type or version.
+DOCUMENTS: dict[str, type[Any]] = {"experiment-spec": ExperimentSpec, "suite": Suite, "generated-tasks": GeneratedTasks}
+
+
+def document_schema(name: str, cls: type[Any]) -> dict[str, Any]:
+    """The JSON Schema of a document a user writes (an experiment spec, a suite), as published."""
+    schema: dict[str, Any] = clean_descriptions(msgspec.json.schema(cls))
+    schema["$id"] = f"https://hx.dev/schemas/{name}.json"
+    schema["title"] = name
+    return schema
+
+
+def _text(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
 def render_all() -> dict[str, str]:
-    """Every event type's schema as canonical JSON text, keyed by file name."""
-    return {
-        f"{name}.json": json.dumps(schema_of(name, cls), indent=2, sort_keys=True) + "\n"
-        for name, cls in event_types().items()
-    }
+    """Every event type's and document's schema as canonical JSON text, keyed by file name."""
+    rendered = {f"{name}.json": _text(schema_of(name, cls)) for name, cls in event_types().items()}
+    rendered.update({f"{name}.json": _text(document_schema(name, cls)) for name, cls in DOCUMENTS.items()})
+    return rendered
 
 
 def write_all(directory: Path = JSON_DIR) -> list[Path]:
@@ -65,7 +79,7 @@ def write_all(directory: Path = JSON_DIR) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     rendered = render_all()
     for stale in directory.glob("*.json"):
-        if stale.name not in rendered and stale.name not in DOCUMENT_SCHEMAS:
+        if stale.name not in rendered:
             stale.unlink()
     paths = []
     for fname, text in rendered.items():

@@ -18,20 +18,10 @@ from hx.cli.evolve import DEFAULT_BENCHES
 from hx.environments.registry import TaskId
 from hx.eval.criteria import CRITERIA, judge
 from hx.eval.errors import EvalError, SuiteInvalid, UnknownCriterion
-from hx.eval.suite import (
-    CriterionSpec,
-    Suite,
-    SuiteTask,
-    checks_of,
-    default_suite,
-    load_generated,
-    load_suite,
-    suite_digest,
-    with_tasks,
-)
-from hx.eval.suite_schema import DOCUMENTS, render_schemas, write_schemas
+from hx.eval.suite import checks_of, default_suite, load_generated, load_suite, suite_digest, with_tasks
 from projections.attempt_outputs import AttemptOutput
-from schemas.jsonschema import DOCUMENT_SCHEMAS, JSON_DIR
+from schemas.jsonschema import DOCUMENTS, JSON_DIR, render_all
+from schemas.suite import CriterionSpec, Suite, SuiteTask
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -221,16 +211,11 @@ def test_a_generated_file_is_json(tmp_path: Path) -> None:
 # --- the published schemas -------------------------------------------------------------------
 
 
-def test_the_published_schemas_are_the_structs() -> None:
-    assert set(DOCUMENTS) == DOCUMENT_SCHEMAS
-    rendered = render_schemas()
-    for fname, text in rendered.items():
-        assert (JSON_DIR / fname).read_text() == text, f"{fname} is out of date: run `python -m hx.eval.suite_schema`"
-
-
-def test_write_schemas_writes_them(tmp_path: Path) -> None:
-    assert sorted(p.name for p in write_schemas(tmp_path)) == sorted(DOCUMENT_SCHEMAS)
-    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == render_schemas()
+def test_the_suite_files_schemas_are_published_with_the_others() -> None:
+    assert {"suite", "generated-tasks"} <= set(DOCUMENTS)
+    rendered = render_all()
+    for fname in ("suite.json", "generated-tasks.json"):
+        assert (JSON_DIR / fname).read_text() == rendered[fname], f"{fname}: run `python -m schemas.jsonschema`"
 
 
 def test_the_schemas_hold_the_constraints_the_loader_checks() -> None:

@@ -17,11 +17,12 @@ from hx.environments.registry import BENCHMARKS, TaskId, benchmark
 from hx.environments.testing import check_adapter, play
 from hx.eval.criteria import judge
 from hx.eval.free import ANY_ANSWER, FreeBenchmark, free_benchmark, register_free
-from hx.eval.suite import CriterionSpec, FreeTask, Suite, SuiteTask, ToolSpec, checks_of, default_suite
+from hx.eval.suite import checks_of, default_suite
 from hx.harnesses import starter_harness
 from projections.attempt_outputs import AttemptOutputs, output_key
 from projections.runner import ProjectionRunner
 from schemas.messages import ToolCall
+from schemas.suite import CriterionSpec, FreeTask, Suite, SuiteTask, ToolSpec
 from schemas.tools import EnvObservation
 from streams.config import NatsSettings
 from streams.connection import connect

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from hx.errors import IntervalError
-from hx.intervals import Verdict, keep_rule, ordinal_median, paired_difference, pass_rate, task_mean
+from hx.intervals import (
+    Verdict,
+    contrast,
+    keep_rule,
+    ordinal_median,
+    paired_difference,
+    pass_rate,
+    standardised_difference,
+    task_mean,
+)
 
 
 def test_a_pass_rate_has_its_wilson_interval_and_stays_inside_zero_and_one() -> None:
@@ -102,3 +111,29 @@ def test_ordinal_grades_get_a_median_and_an_order_statistic_interval() -> None:
     assert ordinal_median([2, 5]).low == 2.0 and ordinal_median([2, 5]).high == 5.0  # too few: the whole range
     with pytest.raises(IntervalError, match="at least one score"):
         ordinal_median([])
+
+
+def test_the_standardised_difference_scales_by_the_pooled_spread() -> None:
+    base = {"a": [0.0, 0.0, 1.0, 0.0], "b": [0.0, 1.0, 0.0, 0.0], "c": [0.0, 0.0, 0.0, 1.0]}
+    candidate = {"a": [1.0, 1.0, 1.0, 0.0], "b": [1.0, 1.0, 0.0, 1.0], "c": [1.0, 1.0, 1.0, 1.0]}
+    size = standardised_difference(base, candidate, seed=3)
+    p = 13 / 24  # 3 + 10 ones among the 24 outcomes: the pooled sd is sqrt(p (1 - p))
+    assert size.estimate == pytest.approx((10 / 12 - 3 / 12) / (p * (1 - p)) ** 0.5)
+    assert size.low <= size.estimate <= size.high
+    assert size == standardised_difference(base, candidate, seed=3)
+    same = {"a": [1.0, 1.0], "b": [1.0, 1.0]}
+    assert standardised_difference(same, same).estimate == 0.0  # nothing varies: no effect, not a division by 0
+
+
+def test_a_two_by_two_interaction_is_a_contrast_of_four_arms() -> None:
+    a0b0 = {"t1": [0.0, 0.0], "t2": [0.0, 0.0]}
+    a0b1 = {"t1": [1.0, 0.0], "t2": [0.0, 1.0]}
+    a1b0 = {"t1": [0.0, 0.0], "t2": [0.0, 0.0]}
+    a1b1 = {"t1": [1.0, 1.0], "t2": [1.0, 1.0]}
+    interaction = contrast([a0b0, a0b1, a1b0, a1b1], [1.0, -1.0, -1.0, 1.0])
+    assert interaction.estimate == pytest.approx((1.0 - 0.0) - (0.5 - 0.0))
+    assert interaction.low <= interaction.estimate <= interaction.high
+    difference = paired_difference(a0b0, a1b1, seed=0)
+    assert contrast([a0b0, a1b1], [-1.0, 1.0], seed=0).estimate == difference.estimate
+    with pytest.raises(IntervalError, match="one weight per arm"):
+        contrast([a0b0], [1.0, -1.0])

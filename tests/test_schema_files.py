@@ -10,14 +10,13 @@ import msgspec
 import pytest
 
 from schemas.event import event_types
-from schemas.jsonschema import DOCUMENT_SCHEMAS, JSON_DIR, render_all, schema_of, write_all
+from schemas.jsonschema import DOCUMENTS, JSON_DIR, render_all, schema_of, write_all
 
 REGENERATE = "run `python -m schemas.jsonschema` and commit schemas/json/"
 
 
 def committed() -> dict[str, str]:
-    return {path.name: path.read_text() for path in sorted(JSON_DIR.glob("*.json"))
-            if path.name not in DOCUMENT_SCHEMAS}  # the suite's document schemas: test_eval_suite_file
+    return {path.name: path.read_text() for path in sorted(JSON_DIR.glob("*.json"))}
 
 
 def test_json_dir_is_the_package_folder() -> None:
@@ -42,7 +41,8 @@ def test_committed_schema_files_match_the_structs() -> None:
 
 
 def test_one_file_per_registered_type() -> None:
-    assert sorted(committed()) == sorted(f"{name}.json" for name in event_types()), REGENERATE
+    expected = [f"{name}.json" for name in (*event_types(), *DOCUMENTS)]
+    assert sorted(committed()) == sorted(expected), REGENERATE
 
 
 @pytest.mark.parametrize("name", sorted(event_types()))
@@ -110,8 +110,8 @@ def test_descriptions_are_the_same_whatever_the_interpreter_did_to_the_docstring
         assert schema["$defs"]["_Indented"]["description"] == expected
 
 
-def test_write_all_keeps_the_document_schemas(tmp_path: Path) -> None:
-    for name in DOCUMENT_SCHEMAS:  # hx.eval.suite_schema's files share the folder: not the event writer's to prune
-        (tmp_path / name).write_text("{}")
+def test_write_all_removes_a_schema_no_type_or_document_has(tmp_path: Path) -> None:
+    (tmp_path / "gone.type.json").write_text("{}")
     write_all(tmp_path)
-    assert all((tmp_path / name).read_text() == "{}" for name in DOCUMENT_SCHEMAS)
+    assert not (tmp_path / "gone.type.json").exists()
+    assert {p.name for p in tmp_path.iterdir()} == set(render_all())

@@ -8,7 +8,7 @@ ends the episode. The verifier passes when the task names an ``answer`` and the 
 GAIA's normalised exact match, or, with no ``answer``, when the attempt answered anything at all.
 The family is ``qa``, so the question-answering starter harness applies.
 
->>> from hx.eval.suite import FreeTask, Suite, SuiteTask
+>>> from schemas.suite import FreeTask, Suite, SuiteTask
 >>> suite = Suite(name="s", tasks=(SuiteTask(name="capital", free=FreeTask(instruction="Capital of France?",
 ...                                                                          answer="Paris")),))
 >>> bench = free_benchmark(suite)
@@ -25,10 +25,10 @@ from hx.environments.errors import BenchmarkError
 from hx.environments.gaia import FINAL_ANSWER, SYSTEM_PROMPT, extract_answer
 from hx.environments.gaia_scorer import gaia_match
 from hx.environments.registry import Benchmark, TaskId, register_benchmark
-from hx.eval.suite import FREE_BENCHMARK, FreeTask, Suite
 from hx.runtime.task import Task, Tool
 from schemas.event import Event
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema
+from schemas.suite import FREE_BENCHMARK, FreeTask, Suite
 from schemas.tools import EnvObservation, VerifierScore
 
 ANY_ANSWER = "(any non-empty answer)"

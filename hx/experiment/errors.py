@@ -13,5 +13,9 @@ class SpecRejected(ExperimentError):
     """A spec that changes more than one thing, or whose falsified_if does not parse, or is otherwise unsound."""
 
 
+class FalsifyUnparsed(SpecRejected):
+    """A falsified_if outside the expression language (``hx.experiment.falsify``); the message says which part."""
+
+
 class ReplyUnparsed(ExperimentError):
     """A panel persona's reply does not parse as its verdict."""

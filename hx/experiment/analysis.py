@@ -1,0 +1,163 @@
+"""What an experiment's units show: per level means, effects against the reference, interactions, falsification.
+
+Every interval comes from ``hx.intervals``, seeded with the spec's seed, so the same units
+give the same conclusion (a resumed run and an uninterrupted one agree to the digit):
+
+- a level's (cell's) mean: Wilson for the 0/1 variables (``passed``, ``env_success``), else the
+  two-stage bootstrap over tasks then replications;
+- an effect: the level minus the factor's first (reference) level, paired over tasks, tasks and
+  replications resampled, with the keep rule's verdict on it, and the standardised effect size;
+- in a 2 x 2 factorial, the interaction contrast (b1 - b0 at a1) - (b1 - b0 at a0);
+- the falsification verdict: ``falsified`` when falsified_if holds, ``not_falsified`` when it
+  does not, ``undecided`` when a value it needs is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hx.errors import IntervalError
+from hx.experiment.design import Cell, Unit
+from hx.experiment.falsify import evaluate, parse
+from hx.intervals import Interval, contrast, keep_rule, paired_difference, pass_rate, standardised_difference, task_mean
+from projections.attempt_outputs import AttemptOutput
+from schemas.evaluation import Bounds
+from schemas.experiment import (
+    EffectSummary,
+    ExperimentConcluded,
+    ExperimentSpec,
+    Falsification,
+    InteractionSummary,
+    LevelSummary,
+)
+
+BINARY = frozenset({"passed", "env_success"})
+"""Response variables that are 0/1 per unit: their means get Wilson intervals."""
+
+Outcomes = dict[str, list[float]]
+"""Task id to the values of its units (one per replication)."""
+
+
+def bounds(interval: Interval) -> Bounds:
+    """An ``hx.intervals.Interval`` as the event payload."""
+    return Bounds(estimate=interval.estimate, low=interval.low, high=interval.high, confidence=interval.confidence,
+                  method=interval.method)
+
+
+def value(output: AttemptOutput, variable: str) -> float:
+    """One response variable of one attempt as a number (a boolean as 0 or 1)."""
+    return float(getattr(output, variable))
+
+
+def _mean(variable: str, outcomes: Outcomes, seed: int) -> Bounds:
+    if variable in BINARY:
+        values = [v for vs in outcomes.values() for v in vs]
+        return bounds(pass_rate(int(sum(values)), len(values)))
+    return bounds(task_mean(outcomes, seed=seed))
+
+
+def _arms(spec: ExperimentSpec, outputs: Mapping[Unit, AttemptOutput]) -> dict[str, dict[str, Outcomes]]:
+    """Arm name (a cell, or in a factorial ``factor=level``) -> variable -> task -> the units' values."""
+    by_name: dict[str, dict[str, Outcomes]] = {}
+
+    def add(name: str, unit: Unit, output: AttemptOutput) -> None:
+        arm = by_name.setdefault(name, {v: {} for v in spec.response_variables})
+        for variable in spec.response_variables:
+            arm[variable].setdefault(unit.task, []).append(value(output, variable))
+
+    # units in (task, cell, replication) order, whatever order they ran in: the bootstrap sees the same arrays
+    for unit in sorted(outputs, key=lambda u: (u.task, u.cell.index, u.replication)):
+        add(unit.cell.name, unit, outputs[unit])
+        if len(spec.factors) > 1:
+            for factor, level in unit.cell.levels:
+                add(f"{factor}={level}", unit, outputs[unit])
+    return by_name
+
+
+class Conclusion:
+    """The summaries of an experiment, answering the falsified_if functions (``falsify.Results``)."""
+
+    def __init__(self, spec: ExperimentSpec, levels: Sequence[LevelSummary], effects: Sequence[EffectSummary]) -> None:
+        self.spec = spec
+        self.levels = {(s.variable, s.level): s for s in levels}
+        self.effects = {(s.variable, s.factor, s.level, s.reference): s for s in effects}
+
+    def _arm(self, level: str) -> str:
+        """A level as the arm name summaries use: plain in a one-factor spec, ``factor=level`` in a factorial."""
+        if len(self.spec.factors) == 1:
+            factor, sep, plain = level.partition("=")
+            return plain if sep and factor == self.spec.factors[0].name else level
+        if "=" in level:
+            return level
+        owners = [f.name for f in self.spec.factors if level in f.levels]
+        return f"{owners[0]}={level}" if len(owners) == 1 else level
+
+    def level_mean(self, variable: str, level: str) -> Bounds | None:
+        """The mean of ``variable`` at a level or cell."""
+        summary = self.levels.get((variable, self._arm(level)))
+        return summary.mean if summary else None
+
+    def effect(self, variable: str, level: str, reference: str) -> tuple[Bounds, Bounds] | None:
+        """(difference, effect size) of ``level`` against ``reference`` when that comparison was made."""
+        for factor in self.spec.factors:
+            found = self.effects.get((variable, factor.name, _plain(self._arm(level)), _plain(self._arm(reference))))
+            if found is not None and self._owns(factor.name, level) and self._owns(factor.name, reference):
+                return found.difference, found.effect_size
+        return None
+
+    def _owns(self, factor: str, level: str) -> bool:
+        arm = self._arm(level)
+        return "=" not in arm or arm.split("=", 1)[0] == factor
+
+
+def _plain(arm: str) -> str:
+    return arm.split("=", 1)[1] if "=" in arm else arm
+
+
+def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit, AttemptOutput], *, run_id: str,
+             spec_digest: str) -> ExperimentConcluded:
+    """Summarise the finished units of an experiment as its ``ExperimentConcluded``."""
+    arms = _arms(spec, outputs)
+    seed = spec.seed
+    levels: list[LevelSummary] = []
+    for name, variables in arms.items():
+        for variable, outcomes in variables.items():
+            levels.append(LevelSummary(variable=variable, level=name, n=sum(map(len, outcomes.values())),
+                                       mean=_mean(variable, outcomes, seed)))
+    effects: list[EffectSummary] = []
+    notes: list[str] = []
+    for factor in spec.factors:
+        def arm(level: str, factor_name: str = factor.name) -> str:
+            return level if len(spec.factors) == 1 else f"{factor_name}={level}"
+        reference = factor.levels[0]
+        for level in factor.levels[1:]:
+            for variable in spec.response_variables:
+                base, cand = arms.get(arm(reference), {}).get(variable), arms.get(arm(level), {}).get(variable)
+                if not base or not cand:
+                    notes.append(f"no units for {factor.name}={level if not cand else reference}")
+                    continue
+                try:
+                    difference = paired_difference(base, cand, seed=seed)
+                    size = standardised_difference(base, cand, seed=seed)
+                except IntervalError as exc:
+                    notes.append(f"{variable} {level} vs {reference}: {exc}")
+                    continue
+                effects.append(EffectSummary(variable=variable, factor=factor.name, level=level, reference=reference,
+                                             difference=bounds(difference), effect_size=bounds(size),
+                                             verdict=keep_rule(difference).value))
+    interactions: list[InteractionSummary] = []
+    if len(spec.factors) == 2 and all(len(f.levels) == 2 for f in spec.factors):
+        a, b = spec.factors
+        for variable in spec.response_variables:
+            quad = [arms.get(c.name, {}).get(variable) for c in cells]  # a0b0, a0b1, a1b0, a1b1
+            if all(quad):
+                interaction = contrast([q for q in quad if q], [1.0, -1.0, -1.0, 1.0], seed=seed)
+                interactions.append(InteractionSummary(variable=variable, factors=(a.name, b.name),
+                                                       contrast=bounds(interaction)))
+    verdict, detail = evaluate(parse(spec.falsified_if), Conclusion(spec, levels, effects))
+    falsified: Falsification = "undecided" if verdict is None else "falsified" if verdict else "not_falsified"
+    if notes:
+        detail = f"{detail}; {'; '.join(notes)}"
+    return ExperimentConcluded(run_id=run_id, spec_digest=spec_digest, units=len(outputs), levels=tuple(levels),
+                               effects=tuple(effects), interactions=tuple(interactions), falsified=falsified,
+                               detail=detail)

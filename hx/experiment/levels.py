@@ -1,0 +1,104 @@
+"""A cell's arm: the controlled harness, models and environment with each factor's level applied through its scope.
+
+- ``processor_param``: the named processor's parameter takes the level's value (null: the processor's default);
+- ``processor``: the processor is attached with the scope's ``config`` (a true level) or removed (false/null);
+- ``model``: the role's model spec is the level's value;
+- ``env``: the environment variable is the level's value (null: unset) while the unit's attempt runs;
+- ``procedure``: the level's product (a harness, for ``coevolve`` also a policy), made before the play phase.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from hx.experiment.design import Cell
+from hx.experiment.errors import ExperimentError
+from hx.harness.config import HarnessConfig
+from hx.harness.errors import CompositionError
+from hx.runtime.models import ModelConfig
+from schemas.experiment import ExperimentSpec, MutableScope
+
+Products = Mapping[tuple[str, str], tuple[HarnessConfig, ModelConfig]]
+"""(factor, level) -> the harness and models a procedure level produced."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What one cell plays with."""
+
+    harness: HarnessConfig
+    models: ModelConfig
+    env: dict[str, str | None] = field(default_factory=dict)
+
+
+def _processor_param(data: dict[str, Any], scope: MutableScope, value: Any, where: str) -> None:
+    name, _, param = scope.target.partition(".")
+    if not param:  # target names the processor; the level names its one parameter
+        if value is None:
+            return
+        ((param, value),) = dict(value).items()
+    found = [p for p in data["processors"] if p.get("type") == name]
+    if not found:
+        raise ExperimentError(f"{where}: the controlled harness has no processor {name!r} "
+                              f"(it has: {', '.join(p.get('type', '?') for p in data['processors'])})")
+    for processor in found:
+        params = dict(processor.get("params") or {})
+        if value is None:
+            params.pop(param, None)
+        else:
+            params[param] = value
+        processor["params"] = params
+
+
+def _processor(data: dict[str, Any], scope: MutableScope, value: Any) -> None:
+    data["processors"] = [p for p in data["processors"] if p.get("type") != scope.target]
+    if value not in (None, False, "", 0, "off"):
+        data["processors"].append({"type": scope.target, **copy.deepcopy(dict(scope.config))})
+
+
+def _model(models: ModelConfig, role: str, value: Any) -> ModelConfig:
+    spec = str(value)
+    if role in ("main", "judge", "evaluator"):
+        return msgspec.structs.replace(models, **{role: spec})
+    return msgspec.structs.replace(models, roles={**models.roles, role: spec})
+
+
+def arm_of(spec: ExperimentSpec, cell: Cell, base: HarnessConfig, models: ModelConfig,
+           products: Products | None = None) -> Arm:
+    """The harness, models and environment of one cell."""
+    data = base.to_dict()
+    env: dict[str, str | None] = {}
+    harness_changed = False
+    for factor in spec.factors:
+        level = cell.level(factor.name)
+        scope = factor.scope
+        value = scope.levels[level]
+        where = f"factor {factor.name!r} level {level!r}"
+        if scope.kind == "processor_param":
+            _processor_param(data, scope, value, where)
+            harness_changed = True
+        elif scope.kind == "processor":
+            _processor(data, scope, value)
+            harness_changed = True
+        elif scope.kind == "model":
+            models = _model(models, scope.target, value)
+        elif scope.kind == "env":
+            env[scope.target] = None if value is None else str(value)
+        elif value is not None:  # a procedure level with options (or an artifact): play its product
+            product = (products or {}).get((factor.name, level))
+            if product is None:
+                raise ExperimentError(f"{where}: its {scope.target} product is not made yet")
+            harness, models = product
+            data = harness.to_dict()
+    harness = base
+    if harness_changed or data != base.to_dict():
+        try:
+            harness = HarnessConfig.from_dict(data, where=f"cell {cell.name!r}'s harness")
+        except CompositionError as exc:
+            raise ExperimentError(str(exc)) from exc
+    return Arm(harness=harness, models=models, env=env)
