@@ -1,0 +1,232 @@
+"""The experiment panel: the precedence cascade, and the offline panel's verdicts on hand-built experiments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from hx.experiment.design import design_cells, units
+from hx.experiment.offline_panel import (
+    MAX_REPLICATIONS,
+    auditor,
+    methodologist,
+    offline_review,
+    optimizer,
+)
+from hx.experiment.panel import ExperimentRecord, claimed_direction, decide
+from hx.experiment.spec import check_spec, parse_spec, spec_digest, spec_to_dict
+from projections.attempt_outputs import AttemptOutput
+from schemas.evaluation import Bounds
+from schemas.experiment import EffectSummary, ExperimentConcluded, ExperimentSpec, ExperimentStarted, Falsification
+
+RUN = "exp-panel"
+HARNESS = "sha256:" + "a" * 64
+
+
+def spec(**changes: Any) -> ExperimentSpec:
+    data: dict[str, Any] = {
+        "title": "notes raise coin", "hypothesis": "task notes raise coin pass rate",
+        "falsified_if": 'diff_high(passed, "on", "off") <= 0',
+        "factors": [{"name": "notes", "levels": ["off", "on"],
+                     "scope": {"kind": "env", "target": "HX_NOTES", "levels": {"off": "", "on": "1"}}}],
+        "tasks": ["twx:coin:dev:0", "twx:coin:dev:1"], "replications": 3, "response_variables": ["passed"],
+        "controlled_variables": {"max_steps": 20},
+    }
+    data.update(changes)
+    return parse_spec(data, where="test")
+
+
+def bounds(estimate: float, low: float, high: float) -> Bounds:
+    return Bounds(estimate=estimate, low=low, high=high, confidence=0.95, method="bootstrap")
+
+
+def attempts(s: ExperimentSpec, **per_cell: dict[str, Any]) -> list[AttemptOutput]:
+    """One finished attempt per unit; ``per_cell[cell name]`` overrides fields of that cell's attempts."""
+    out = []
+    for unit in units(s):
+        fields: dict[str, Any] = {"model": "random:", "harness_digest": HARNESS, "finished": True,
+                                  "status": "completed"}
+        fields.update(per_cell.get(unit.cell.name, {}))
+        out.append(AttemptOutput(RUN, unit.cell.index, unit.task, unit.replication, **fields))
+    return out
+
+
+def record(s: ExperimentSpec, difference: Bounds, falsified: Falsification = "not_falsified", *,
+           order: tuple[str, ...] | None = None, outputs: list[AttemptOutput] | None = None,
+           reused: tuple[str, ...] = ()) -> ExperimentRecord:
+    digest = spec_digest(s)
+    started = ExperimentStarted(run_id=RUN, spec=spec_to_dict(s), spec_digest=digest,
+                                order=order if order is not None else tuple(u.key for u in units(s)))
+    effect = EffectSummary(variable="passed", factor=s.factors[0].name, level=s.factors[0].levels[1],
+                           reference=s.factors[0].levels[0], difference=difference, effect_size=difference,
+                           verdict="keep" if difference.low > 0 else "discard" if difference.high < 0 else
+                           "inconclusive")
+    concluded = ExperimentConcluded(run_id=RUN, spec_digest=digest, units=len(started.order), effects=(effect,),
+                                    falsified=falsified, detail="diff_high(...) is " + falsified)
+    return ExperimentRecord.of(RUN, s, started, concluded, outputs if outputs is not None else attempts(s), reused)
+
+
+CLEAR = bounds(0.5, 0.2, 0.8)
+NULL = bounds(0.05, -0.25, 0.35)
+
+
+# --- the cascade ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("m", "a", "o", "decision"), [
+    ("UNSOUND", "VALID", "ADVANCE", "REDESIGN"),  # the methodologist's veto beats agreement
+    ("UNSOUND", "INVALID", "REVISE", "REDESIGN"),
+    ("SOUND", "VALID", "ADVANCE", "KEEP"),
+    ("MARGINAL", "VALID", "ADVANCE", "KEEP"),
+    ("SOUND", "INCONCLUSIVE", "ADVANCE", "REVISE"),
+    ("SOUND", "VALID", "REVISE", "REVISE"),
+    ("SOUND", "VALID", "REDESIGN", "REDESIGN"),
+    ("MARGINAL", "INVALID", "REDESIGN", "REDESIGN"),
+    ("MARGINAL", "INCONCLUSIVE", "REVISE", "REVISE"),
+])
+def test_the_cascade(m: str, a: str, o: str, decision: str) -> None:
+    assert decide(m, a, o) == decision
+
+
+def test_the_claimed_direction_is_read_off_falsified_if() -> None:
+    assert claimed_direction(spec()) == 1
+    assert claimed_direction(spec(falsified_if='diff_low(passed, "on", "off") >= 0')) == -1
+    assert claimed_direction(spec(falsified_if='mean(passed, "on") < 0.5')) == 1
+    assert claimed_direction(spec(falsified_if='diff(passed, "on", "off") != 0')) == 0
+
+
+# --- the offline panel --------------------------------------------------------------------------------
+
+def test_a_sound_clear_experiment_is_kept_and_advances_to_fresh_tasks() -> None:
+    s = spec()
+    review = offline_review(record(s, CLEAR))
+    assert [v.verdict for v in review.verdicts] == ["SOUND", "VALID", "ADVANCE"]
+    assert review.decision == "KEEP" and review.reviewer == "offline"
+    proposal = check_spec(msgspec.convert(review.proposal, ExperimentSpec), where="proposal")
+    assert proposal.tasks == ("twx:coin:dev:2", "twx:coin:dev:3")  # the same contrast, tasks not yet played
+    assert proposal.seed == s.seed + 1
+
+
+def test_a_numeric_factor_advances_to_its_next_level() -> None:
+    s = spec(factors=[{"name": "notes", "levels": ["4", "8"], "scope": {
+        "kind": "processor_param", "target": "task_notes.max_notes", "levels": {"4": 4, "8": 8}}}],
+        falsified_if='diff_high(passed, "8", "4") <= 0')
+    review = offline_review(record(s, CLEAR))
+    assert review.decision == "KEEP"
+    proposal = check_spec(msgspec.convert(review.proposal, ExperimentSpec), where="proposal")
+    (factor,) = proposal.factors
+    assert factor.levels == ("8", "12") and factor.scope.levels == {"8": 8, "12": 12}
+    assert proposal.falsified_if == 'diff_high(passed, "12", "8") <= 0'
+
+
+@pytest.mark.parametrize(("reps", "verdict"), [(3, "SOUND"), (2, "MARGINAL"), (1, "UNSOUND")])
+def test_replications_per_cell(reps: int, verdict: str) -> None:
+    assert methodologist(record(spec(replications=reps), CLEAR)).verdict == verdict
+
+
+def test_an_order_that_is_not_the_seeded_shuffle_is_unsound() -> None:
+    s = spec()
+    sorted_order = tuple(sorted(u.key for u in units(s)))
+    m = methodologist(record(s, CLEAR, order=sorted_order))
+    assert m.verdict == "UNSOUND"
+    assert "the logged run order is not the spec's seeded shuffle (it is sorted)" in m.reasons
+
+
+def test_an_undecided_falsification_is_marginal_and_inconclusive() -> None:
+    r = record(spec(), CLEAR, "undecided")
+    assert methodologist(r).verdict == "MARGINAL"
+    assert auditor(r).verdict == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize(("field", "value", "what"), [
+    ("model", "openai:other", "model"), ("harness_digest", "sha256:" + "b" * 64, "harness digest")])
+def test_arms_that_differ_beyond_the_factor_are_unsound(field: str, value: str, what: str) -> None:
+    s = spec()
+    r = record(s, CLEAR, outputs=attempts(s, on={field: value}))
+    m = methodologist(r)
+    assert m.verdict == "UNSOUND"
+    assert any(reason.startswith(f"arms differ in {what} beyond the factor") for reason in m.reasons)
+    review = offline_review(r)
+    assert review.decision == "REDESIGN"
+    if field == "model":  # the fixed design pins the reference arm's model
+        assert review.proposal["controlled_variables"]["model"] == "random:"
+
+
+def test_arms_with_different_step_caps_are_unsound_and_the_fix_pins_the_cap() -> None:
+    s = spec()
+    r = record(s, CLEAR, outputs=attempts(s, off={"status": "budget_exhausted", "steps": 20},
+                                          on={"status": "budget_exhausted", "steps": 30}))
+    assert methodologist(r).verdict == "UNSOUND"
+    assert offline_review(r).proposal["controlled_variables"]["max_steps"] == 20
+
+
+def test_a_harness_scope_may_change_the_digest_between_arms() -> None:
+    s = spec(factors=[{"name": "notes", "levels": ["off", "on"], "scope": {
+        "kind": "processor", "target": "task_notes", "levels": {"off": None, "on": {}}}}])
+    r = record(s, CLEAR, outputs=attempts(s, on={"harness_digest": "sha256:" + "b" * 64}))
+    assert methodologist(r).verdict == "SOUND"
+
+
+def test_a_test_range_used_before_is_unsound_and_the_fix_moves_to_dev() -> None:
+    s = spec(tasks=["twx:coin:test:0", "twx:coin:dev:1"])
+    r = record(s, CLEAR, reused=("twx:coin:test:0",))
+    m = methodologist(r)
+    assert m.verdict == "UNSOUND" and any("test range is spent" in reason for reason in m.reasons)
+    assert list(offline_review(r).proposal["tasks"]) == ["twx:coin:dev:0", "twx:coin:dev:1"]
+    assert methodologist(record(s, CLEAR)).verdict == "SOUND"  # a test task played for the first time
+
+
+def test_the_auditor_finds_a_kept_hypothesis_without_evidence_invalid() -> None:
+    r = record(spec(falsified_if='diff_high(passed, "on", "off") <= -1'), NULL)
+    a = auditor(r)
+    assert a.verdict == "INVALID" and "falsified_if lets a null result through" in a.reasons[0]
+
+
+def test_the_auditor_finds_a_refutation_against_the_intervals_invalid() -> None:
+    assert auditor(record(spec(), CLEAR, "falsified")).verdict == "INVALID"
+    assert auditor(record(spec(), NULL, "falsified")).verdict == "VALID"
+
+
+def test_unequal_lost_attempts_leave_an_alternative_open() -> None:
+    s = spec()
+    outs = attempts(s) + [AttemptOutput(RUN, 1, "twx:coin:dev:0", 3 + k, finished=True, status="infra_failure",
+                                        model="random:", harness_digest=HARNESS) for k in range(3)]
+    a = auditor(record(s, CLEAR, outputs=outs))
+    assert a.verdict == "INCONCLUSIVE" and any("lost attempts" in reason and "cell 1: 3 of 9" in reason
+                                               for reason in a.reasons)
+    review = offline_review(record(s, CLEAR, outputs=outs))
+    assert [v.verdict for v in review.verdicts] == ["SOUND", "INCONCLUSIVE", "REVISE"]
+    assert review.decision == "REVISE"
+
+
+def test_a_noisy_effect_revises_with_replications_sized_from_the_spread() -> None:
+    s = spec()
+    r = record(s, bounds(0.2, -0.05, 0.45), "falsified")
+    m, a = methodologist(r), auditor(r)
+    o, proposal = optimizer(r, m, a)
+    # half-width 0.25 against an effect of 0.2: 3 * (1.2 * 0.25 / 0.2) ** 2 = 6.75 -> 7
+    assert (o.verdict, proposal.replications) == ("REVISE", 7)
+    assert offline_review(r).decision == "REVISE"
+
+
+def test_an_effect_lost_in_noise_redesigns() -> None:
+    r = record(spec(), NULL, "falsified")
+    o, proposal = optimizer(r, methodologist(r), auditor(r))
+    assert o.verdict == "REDESIGN" and proposal.replications == MAX_REPLICATIONS
+    assert offline_review(r).decision == "REDESIGN"
+
+
+def test_an_effect_against_the_claim_redesigns() -> None:
+    r = record(spec(), bounds(-0.5, -0.8, -0.2), "falsified")
+    assert [v.verdict for v in offline_review(r).verdicts] == ["SOUND", "VALID", "REDESIGN"]
+
+
+def test_every_proposal_is_a_spec_the_runner_accepts() -> None:
+    s = spec()
+    cases = [record(s, CLEAR), record(s, NULL, "falsified"), record(spec(replications=1), CLEAR),
+             record(s, CLEAR, "undecided"), record(s, bounds(0.2, -0.05, 0.45), "falsified")]
+    for r in cases:
+        proposal = offline_review(r).proposal
+        parse_spec(proposal, where="proposal")  # the loader hx experiment run uses
+        assert len(design_cells(msgspec.convert(proposal, ExperimentSpec))) == 2
