@@ -34,10 +34,11 @@ from hx.experiment.panel import (
     claimed_direction,
     decide,
     excludes_zero,
+    proposal_json,
     relevant_effects,
     test_tasks,
 )
-from hx.experiment.spec import check_spec, spec_to_dict
+from hx.experiment.spec import check_spec
 from schemas.experiment import EffectSummary, ExperimentSpec, Factor, MutableScope
 from schemas.panel import PanelReviewed, PersonaVerdict
 
@@ -335,7 +336,7 @@ def offline_review(record: ExperimentRecord) -> PanelReviewed:
     return PanelReviewed(run_id=record.run_id, spec_digest=record.concluded.spec_digest, reviewer="offline",
                          review=record.reviews, verdicts=(method, audit, optimize),
                          decision=decide(method.verdict, audit.verdict, optimize.verdict),
-                         proposal=spec_to_dict(proposal))
+                         proposal=proposal_json(proposal))
 
 
 __all__ = [

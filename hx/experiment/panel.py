@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -238,6 +239,12 @@ async def append_review(log: EventLog, review: PanelReviewed) -> None:
     await log.append(subject, review, key=f"{subject}#{review.TYPE}#{review.review}")
 
 
+def proposal_json(spec: ExperimentSpec) -> dict[str, Any]:
+    """A proposed spec as the JSON object the event carries (lists, not tuples: as it reads back from the log)."""
+    data: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(spec))
+    return data
+
+
 def verdicts_of(review: PanelReviewed) -> Mapping[str, str]:
     """Persona to verdict."""
     return {v.persona: v.verdict for v in review.verdicts}
@@ -245,6 +252,6 @@ def verdicts_of(review: PanelReviewed) -> Mapping[str, str]:
 
 __all__ = [
     "LOST", "PERSONAS", "SCALES", "TITLES", "ArmFacts", "ExperimentRecord", "append_review", "arm_facts",
-    "claimed_direction", "decide", "excludes_zero", "load_record", "relevant_effects", "test_tasks", "verdicts_of",
-    "worst",
+    "claimed_direction", "decide", "excludes_zero", "load_record", "proposal_json", "relevant_effects",
+    "test_tasks", "verdicts_of", "worst",
 ]
