@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import yaml
+from hx_cli import error_line, hx, ok
+from panel_log import write_experiment
 
+from hx.cli.experiment import experiment_group
+from hx.cli.experiment_review import review_command
 from hx.experiment.design import design_cells, units
 from hx.experiment.offline_panel import (
     MAX_REPLICATIONS,
@@ -16,10 +24,15 @@ from hx.experiment.offline_panel import (
     optimizer,
 )
 from hx.experiment.panel import ExperimentRecord, claimed_direction, decide
-from hx.experiment.spec import check_spec, parse_spec, spec_digest, spec_to_dict
+from hx.experiment.spec import check_spec, load_spec, parse_spec, spec_digest, spec_to_dict
 from projections.attempt_outputs import AttemptOutput
 from schemas.evaluation import Bounds
 from schemas.experiment import EffectSummary, ExperimentConcluded, ExperimentSpec, ExperimentStarted, Falsification
+from schemas.lifecycle import RunStarted
+from schemas.panel import PanelReviewed
+from streams.config import NatsSettings
+from streams.connection import connect
+from streams.topology import trace_subject
 
 RUN = "exp-panel"
 HARNESS = "sha256:" + "a" * 64
@@ -118,6 +131,35 @@ def test_a_numeric_factor_advances_to_its_next_level() -> None:
     (factor,) = proposal.factors
     assert factor.levels == ("8", "12") and factor.scope.levels == {"8": 8, "12": 12}
     assert proposal.falsified_if == 'diff_high(passed, "12", "8") <= 0'
+
+
+def window_spec() -> ExperimentSpec:
+    return spec(factors=[{"name": "window", "levels": ["24", "4"], "scope": {
+        "kind": "processor_param", "target": "history_window.keep_last", "levels": {"24": 24, "4": 4}}}],
+        falsified_if='diff_low(steps, "4", "24") >= 0', response_variables=["steps"])
+
+
+def test_a_factor_that_lowers_its_variable_steps_on_without_going_below_zero() -> None:
+    r = record(window_spec(), bounds(-3.0, -5.0, -1.0))
+    r = ExperimentRecord.of(RUN, r.spec, r.started, msgspec.structs.replace(r.concluded, effects=(
+        msgspec.structs.replace(r.concluded.effects[0], variable="steps"),)), r.attempts)
+    review = offline_review(r)
+    assert review.decision == "KEEP"
+    proposal = check_spec(msgspec.convert(review.proposal, ExperimentSpec), where="proposal")
+    # 4 - (24 - 4) would be negative: the window is halved instead, and steps are expected to fall further
+    assert proposal.factors[0].levels == ("4", "2") and proposal.factors[0].scope.levels == {"4": 4, "2": 2}
+    assert proposal.falsified_if == 'diff_low(steps, "2", "4") >= 0'
+
+
+def test_an_effect_against_the_claim_steps_the_other_way_from_the_reference() -> None:
+    r = record(window_spec(), bounds(3.0, 1.0, 5.0), "falsified")
+    r = ExperimentRecord.of(RUN, r.spec, r.started, msgspec.structs.replace(r.concluded, effects=(
+        msgspec.structs.replace(r.concluded.effects[0], variable="steps"),)), r.attempts)
+    review = offline_review(r)
+    assert [v.verdict for v in review.verdicts] == ["SOUND", "VALID", "REDESIGN"]
+    proposal = check_spec(msgspec.convert(review.proposal, ExperimentSpec), where="proposal")
+    assert proposal.factors[0].levels == ("24", "44")  # the reference won: one step beyond it, steps down claimed
+    assert proposal.falsified_if == 'diff_low(steps, "44", "24") >= 0'
 
 
 @pytest.mark.parametrize(("reps", "verdict"), [(3, "SOUND"), (2, "MARGINAL"), (1, "UNSOUND")])
@@ -230,3 +272,91 @@ def test_every_proposal_is_a_spec_the_runner_accepts() -> None:
         proposal = offline_review(r).proposal
         parse_spec(proposal, where="proposal")  # the loader hx experiment run uses
         assert len(design_cells(msgspec.convert(proposal, ExperimentSpec))) == 2
+
+
+# --- hx experiment review on a real log -----------------------------------------------------------------
+
+@pytest.fixture
+def review_wired() -> None:
+    """``review`` in the ``experiment`` group, as the lead wires it."""
+    if "review" not in experiment_group.commands:
+        experiment_group.add_command(review_command)
+
+
+def logged(nats_url: str, run_id: str, types: list[str]) -> list[Any]:
+    async def read() -> list[Any]:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            return [r.event async for r in conn.log.read(subjects=[trace_subject(run_id)], types=types)]
+    return asyncio.run(read())
+
+
+def on_log(nats_url: str, run_id: str, **changes: Any) -> None:
+    async def write() -> None:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            await write_experiment(conn.log, run_id, **changes)
+    asyncio.run(write())
+
+
+def test_a_real_experiment_reviewed_offline_and_its_proposal_run_as_is(tmp_path: Path, nats_url: str,
+                                                                      review_wired: None) -> None:
+    data = {
+        "title": "history window", "hypothesis": "a 4-step history window lowers the random agent's steps",
+        "falsified_if": 'diff_low(steps, "short", "long") >= 0',
+        "factors": [{"name": "window", "levels": ["long", "short"], "scope": {
+            "kind": "processor_param", "target": "history_window.keep_last", "levels": {"long": 24, "short": 4}}}],
+        "tasks": ["twx:coin:dev:0", "twx:coin:dev:1"], "replications": 3, "response_variables": ["steps"],
+        "controlled_variables": {"model": "random:", "max_steps": 6}, "seed": 5}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(data))
+    base = ("--nats-url", nats_url, "--data-dir", str(tmp_path / "data"), "experiment")
+    ok(hx(*base, "run", str(tmp_path / "spec.yaml"), "--run-id", "exp-real", "--concurrency", "2"))
+    result = ok(hx(*base, "review", "exp-real", "--out", str(tmp_path / "next.yaml")))
+    lines = result.stdout.splitlines()
+    assert lines[0] == "panel review 0 of exp-real (offline)"
+    assert "  Methodologist: SOUND" in lines and lines[-1] == f"proposal written to {tmp_path / 'next.yaml'}: " \
+        f"hx experiment run {tmp_path / 'next.yaml'}"
+    [reviewed] = logged(nats_url, "exp-real", [PanelReviewed.TYPE])
+    assert f"decision: {reviewed.decision}" in lines
+    # the random agent's steps do not depend on the window, so no effect clears 0 and the panel does not KEEP
+    assert reviewed.decision in ("REVISE", "REDESIGN")
+    written = yaml.safe_load((tmp_path / "next.yaml").read_text())
+    assert written == reviewed.proposal
+    ok(hx(*base, "run", str(tmp_path / "next.yaml"), "--run-id", "exp-next", "--units", "1"))
+    # a second review is review 1, appended next to the first
+    again = json.loads(ok(hx(*base, "review", "exp-real", "--json")).stdout)
+    assert again["review"] == 1 and again["decision"] == reviewed.decision
+    assert len(logged(nats_url, "exp-real", [PanelReviewed.TYPE])) == 2
+
+
+def test_review_json_and_a_json_proposal_file(tmp_path: Path, nats_url: str, review_wired: None) -> None:
+    on_log(nats_url, "exp-hand")
+    out = tmp_path / "next.json"
+    result = ok(hx("--nats-url", nats_url, "experiment", "review", "exp-hand", "--json", "--out", str(out)))
+    shown = json.loads(result.stdout)
+    assert shown["decision"] == "KEEP" and [v["verdict"] for v in shown["verdicts"]] == ["SOUND", "VALID", "ADVANCE"]
+    assert json.loads(out.read_text()) == shown["proposal"]
+    load_spec(out)  # what hx experiment run loads
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("exp-none",), "error: RUN exp-none: no such run on the log"),
+    (("exp-rollout",), "error: RUN exp-rollout: a rollout run, not an experiment"),
+    (("exp-open",), "error: RUN exp-open: not concluded yet; finish it with hx experiment run SPEC --resume exp-open"),
+    (("exp-hand", "--out", "next.txt"), "error: --out next.txt: write .json, .yaml or .yml (a format hx "
+                                        "experiment run reads)"),
+    (("exp-hand", "--model", "nosuch:model"), "error: --model: "),
+])
+def test_review_refuses_with_one_line_and_writes_nothing(tmp_path: Path, nats_url: str, review_wired: None,
+                                                         args: tuple[str, ...], message: str) -> None:
+    on_log(nats_url, "exp-hand")
+
+    async def write() -> None:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            await conn.log.append(trace_subject("exp-rollout"), RunStarted(run_id="exp-rollout", kind="rollout"))
+            await conn.log.append(trace_subject("exp-open"), RunStarted(run_id="exp-open", kind="experiment"))
+            await conn.log.append(trace_subject("exp-open"), ExperimentStarted(
+                run_id="exp-open", spec=spec_to_dict(spec()), spec_digest=spec_digest(spec())))
+    asyncio.run(write())
+    line = error_line(hx("--nats-url", nats_url, "experiment", "review", *args))
+    assert line.startswith(message)
+    assert logged(nats_url, args[0], [PanelReviewed.TYPE]) == []
+    assert not (tmp_path / "next.txt").exists()

@@ -214,13 +214,15 @@ def optimizer(record: ExperimentRecord, method: PersonaVerdict, audit: PersonaVe
                 _checked(msgspec.structs.replace(spec, replications=reps, seed=spec.seed + 1)))
     if sign:
         return (_verdict("REDESIGN", noise + "; it clears 0 against the claim: the hypothesis is refuted, "
-                                             "try the next level the other way"), next_step(spec, effect, sign))
+                                             "try the next level the other way"),
+                next_step(spec, effect, sign, level_wins=False))
     needed = replications_needed(effect, spec.replications)
     if needed is None or needed > MAX_REPLICATIONS:
-        reps = MAX_REPLICATIONS
-        return (_verdict("REDESIGN", noise + f"; resolving it needs more than {MAX_REPLICATIONS} replications: "
-                                             "change the factor more, or test another"),
-                _checked(msgspec.structs.replace(spec, replications=max(reps, spec.replications))))
+        why = ("no difference at all between the arms" if needed is None else
+               f"resolving it needs more than {MAX_REPLICATIONS} replications")
+        return (_verdict("REDESIGN", f"{noise}; {why}: change the factor more or test another (proposed: "
+                                     f"this one at {MAX_REPLICATIONS} replications, the most worth running)"),
+                _checked(msgspec.structs.replace(spec, replications=max(MAX_REPLICATIONS, spec.replications))))
     return (_verdict("REVISE", noise + f"; {needed} replications should resolve it (sized from the spread)"),
             _checked(msgspec.structs.replace(spec, replications=needed)))
 
@@ -276,24 +278,36 @@ def _like(template: Any, number: float) -> Any:
     if isinstance(template, Mapping):
         (key, inner), = template.items()
         return {key: _like(inner, number)}
+    if isinstance(template, int) and not isinstance(template, bool):
+        return math.floor(number)
     whole = number.is_integer() and not (isinstance(template, float) or (isinstance(template, str) and
                                                                          "." in template))
     shown: Any = int(number) if whole else round(number, 6)
     return str(shown) if isinstance(template, str) else shown
 
 
-def next_step(spec: ExperimentSpec, effect: EffectSummary, sign: int) -> ExperimentSpec:
-    """After a clear effect: the next level along a numeric factor, else the same contrast on fresh tasks."""
+def next_step(spec: ExperimentSpec, effect: EffectSummary, sign: int, *, level_wins: bool = True) -> ExperimentSpec:
+    """After a clear effect: one step further along a numeric factor, else the same contrast on fresh tasks.
+
+    ``sign`` is the side of 0 the difference (level - reference) lies on; the winner (the level, or
+    with ``level_wins`` False the reference) is kept and compared with the value one step beyond it,
+    expected to move the variable further the winner's way. A step that would take a non-negative
+    factor below 0 halves the winner's value instead.
+    """
     factor = next((f for f in spec.factors if f.name == effect.factor), None)
     if factor is not None and len(spec.factors) == 1:
-        kept, reference = effect.level if sign > 0 else effect.reference, effect.reference if sign > 0 else effect.level
-        a, b = _number(factor.scope.levels.get(kept)), _number(factor.scope.levels.get(reference))
+        kept, other = (effect.level, effect.reference) if level_wins else (effect.reference, effect.level)
+        expect = sign if level_wins else -sign
+        a, b = _number(factor.scope.levels.get(kept)), _number(factor.scope.levels.get(other))
         if a is not None and b is not None and a != b:
-            value = _like(factor.scope.levels[kept], a + (a - b))
+            beyond = a + (a - b)
+            if beyond < 0 <= min(a, b):
+                beyond = a / 2
+            value = _like(factor.scope.levels[kept], beyond)
             name = str(_number(value) if not isinstance(value, str) else value)
             name = name[:-2] if name.endswith(".0") else name
-            if name != kept:
-                return _next_level(spec, factor, kept, name, value, effect.variable, sign)
+            if name not in (kept, other) and _number(value) != a:
+                return _next_level(spec, factor, kept, name, value, effect.variable, expect)
     return _checked(msgspec.structs.replace(spec, tasks=_fresh(spec.tasks), seed=spec.seed + 1,
                                             title=f"{spec.title} (fresh tasks)"))
 
