@@ -11,7 +11,7 @@ import msgspec
 import pytest
 import yaml
 from hx_cli import error_line, hx, ok
-from panel_log import write_experiment
+from panel_log import SPEC, write_experiment
 
 from hx.cli.experiment import experiment_group
 from hx.cli.experiment_review import review_command
@@ -28,7 +28,7 @@ from hx.experiment.spec import check_spec, load_spec, parse_spec, spec_digest, s
 from projections.attempt_outputs import AttemptOutput
 from schemas.evaluation import Bounds
 from schemas.experiment import EffectSummary, ExperimentConcluded, ExperimentSpec, ExperimentStarted, Falsification
-from schemas.lifecycle import RunStarted
+from schemas.lifecycle import AttemptStarted, RunStarted
 from schemas.panel import PanelReviewed
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -360,3 +360,26 @@ def test_review_refuses_with_one_line_and_writes_nothing(tmp_path: Path, nats_ur
     assert line.startswith(message)
     assert logged(nats_url, args[0], [PanelReviewed.TYPE]) == []
     assert not (tmp_path / "next.txt").exists()
+
+
+def test_a_test_task_an_earlier_run_played_is_found_on_the_log(tmp_path: Path, nats_url: str,
+                                                               review_wired: None) -> None:
+    data: dict[str, Any] = {**SPEC, "tasks": ["twx:coin:test:7", "twx:coin:dev:1"]}
+
+    async def write() -> None:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            for run_id in ("run-before", "run-other"):  # one played the test task, one a dev task
+                task = "twx:coin:test:7" if run_id == "run-before" else "twx:coin:dev:1"
+                await conn.log.append(trace_subject(run_id, 0, task, 0), AttemptStarted(
+                    run_id=run_id, round=0, task_id=task, attempt=0))
+            await write_experiment(conn.log, "exp-reuse", spec_data=data)
+            await write_experiment(conn.log, "exp-fresh", spec_data={**data, "tasks": ["twx:coin:test:8"]})
+    asyncio.run(write())
+    reused = json.loads(ok(hx("--nats-url", nats_url, "experiment", "review", "exp-reuse", "--json")).stdout)
+    methodologist_verdict = reused["verdicts"][0]
+    assert methodologist_verdict["verdict"] == "UNSOUND" and reused["decision"] == "REDESIGN"
+    assert ("test task(s) twx:coin:test:7 already played by an earlier run: the test range is spent"
+            in methodologist_verdict["reasons"])
+    assert reused["proposal"]["tasks"] == ["twx:coin:dev:7", "twx:coin:dev:1"]
+    fresh = json.loads(ok(hx("--nats-url", nats_url, "experiment", "review", "exp-fresh", "--json")).stdout)
+    assert fresh["verdicts"][0]["verdict"] == "SOUND"

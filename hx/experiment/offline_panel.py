@@ -36,7 +36,7 @@ from hx.experiment.panel import (
     excludes_zero,
     proposal_json,
     relevant_effects,
-    test_tasks,
+    tasks_on_test_split,
 )
 from hx.experiment.spec import check_spec
 from schemas.experiment import EffectSummary, ExperimentSpec, Factor, MutableScope
@@ -247,7 +247,7 @@ def fixed_design(record: ExperimentRecord) -> ExperimentSpec:
         caps = sorted(c for a in record.arms.values() for c in a.step_caps)
         if caps and len(set(caps)) > 1:
             controlled["max_steps"] = caps[0]
-    tasks = tuple(_dev(t) if t in test_tasks(spec) else t for t in spec.tasks)
+    tasks = tuple(_dev(t) if t in tasks_on_test_split(spec) else t for t in spec.tasks)
     return _checked(msgspec.structs.replace(spec, replications=max(spec.replications, SOUND_REPLICATIONS),
                                             tasks=tuple(dict.fromkeys(tasks)), controlled_variables=controlled))
 

@@ -176,7 +176,7 @@ def relevant_effects(spec: ExperimentSpec, concluded: ExperimentConcluded) -> li
     return named or on_variables
 
 
-def test_tasks(spec: ExperimentSpec) -> list[str]:
+def tasks_on_test_split(spec: ExperimentSpec) -> list[str]:
     """The spec's tasks on the test split."""
     out = []
     for text in spec.tasks:
@@ -190,7 +190,7 @@ def test_tasks(spec: ExperimentSpec) -> list[str]:
 
 async def _reused_test_tasks(log: EventLog, spec: ExperimentSpec, run_id: str, before: int) -> list[str]:
     """Test-split tasks of the spec that another run's attempt played before sequence ``before``."""
-    wanted = set(test_tasks(spec))
+    wanted = set(tasks_on_test_split(spec))
     if not wanted or before <= 1:
         return []
     seen: set[str] = set()
@@ -253,5 +253,5 @@ def verdicts_of(review: PanelReviewed) -> Mapping[str, str]:
 __all__ = [
     "LOST", "PERSONAS", "SCALES", "TITLES", "ArmFacts", "ExperimentRecord", "append_review", "arm_facts",
     "claimed_direction", "decide", "excludes_zero", "load_record", "proposal_json", "relevant_effects",
-    "test_tasks", "verdicts_of", "worst",
+    "tasks_on_test_split", "verdicts_of", "worst",
 ]
