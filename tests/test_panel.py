@@ -344,9 +344,12 @@ def test_review_json_and_a_json_proposal_file(tmp_path: Path, nats_url: str, rev
     (("exp-hand", "--out", "next.txt"), "error: --out next.txt: write .json, .yaml or .yml (a format hx "
                                         "experiment run reads)"),
     (("exp-hand", "--model", "nosuch:model"), "error: --model: "),
+    (("exp-hand", "--out", "missing/next.yaml"), "error: --out missing/next.yaml: cannot write"),
 ])
 def test_review_refuses_with_one_line_and_writes_nothing(tmp_path: Path, nats_url: str, review_wired: None,
-                                                         args: tuple[str, ...], message: str) -> None:
+                                                         args: tuple[str, ...], message: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     on_log(nats_url, "exp-hand")
 
     async def write() -> None:
@@ -359,7 +362,7 @@ def test_review_refuses_with_one_line_and_writes_nothing(tmp_path: Path, nats_ur
     line = error_line(hx("--nats-url", nats_url, "experiment", "review", *args))
     assert line.startswith(message)
     assert logged(nats_url, args[0], [PanelReviewed.TYPE]) == []
-    assert not (tmp_path / "next.txt").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["nats"]  # the server's store, nothing of ours
 
 
 def test_a_test_task_an_earlier_run_played_is_found_on_the_log(tmp_path: Path, nats_url: str,

@@ -74,9 +74,7 @@ def review_command(app: App, run_id: str, model: str | None, as_json: bool, out:
         check_spec_option("--model", model)
     if out is not None and out.suffix.lower() not in (".json", ".yaml", ".yml"):
         raise ExperimentError(f"--out {out}: write .json, .yaml or .yml (a format hx experiment run reads)")
-    review = run(_review(app, run_id, model))
-    if out is not None:
-        write_proposal(out, dict(review.proposal))
+    review = run(_review(app, run_id, model, out))
     if as_json:
         click.echo(json.dumps(msgspec.to_builtins(review), indent=2, sort_keys=True))
         return
@@ -86,7 +84,7 @@ def review_command(app: App, run_id: str, model: str | None, as_json: bool, out:
         click.echo(f"proposal written to {out}: hx experiment run {out}")
 
 
-async def _review(app: App, run_id: str, model: str | None) -> PanelReviewed:
+async def _review(app: App, run_id: str, model: str | None, out: Path | None) -> PanelReviewed:
     async with app.connect() as conn:
         record = await load_record(conn.log, run_id)
         if model is None:
@@ -97,5 +95,7 @@ async def _review(app: App, run_id: str, model: str | None) -> PanelReviewed:
                 review = await panel.review(record)
             finally:
                 await panel.aclose()
+        if out is not None:  # before the event: a file that cannot be written leaves no review behind
+            write_proposal(out, dict(review.proposal))
         await append_review(conn.log, review)
         return review
