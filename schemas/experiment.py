@@ -57,11 +57,11 @@ class ExperimentSpec(Payload, frozen=True, kw_only=True):
     factors: tuple[Factor, ...]
     """One factor; two or more make a full factorial, every combination of levels run."""
     tasks: tuple[str, ...]
-    """Task ids (``twx:coin:dev:3``) or ``BENCH:GAME`` with ``tasks_per_game`` in ``controlled_variables``."""
+    """Task ids (``twx:coin:dev:3``), each played in every cell ``replications`` times."""
     replications: int
     response_variables: tuple[str, ...]
     controlled_variables: JsonObject = {}
-    """The same in every arm: model, harness, max_steps, timeout_s, split, tasks_per_game, evolve budget, ..."""
+    """The same in every arm: model, harness (a file, relative to the spec), max_steps, timeout_s, ..."""
     seed: int = 42
     """Seeds the run order and the attempts."""
     design: Design = "crd"

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +16,17 @@ import pytest
 import yaml
 from hx_cli import error_line, hx, ok
 
-from hx.experiment.design import units
+from hx.experiment.design import design_cells, units
+from hx.experiment.errors import ExperimentError
+from hx.experiment.levels import arm_of
 from hx.experiment.runner import attempt_outputs, run_events
 from hx.experiment.spec import parse_spec, spec_digest
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
+from hx.runtime.models import ModelConfig
+from projections.ledger_reader import read_run_ledger
 from schemas.experiment import ExperimentConcluded, ExperimentStarted
-from schemas.lifecycle import AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
+from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.topology import TRACE, trace_filter, trace_subject
@@ -177,3 +185,119 @@ def test_a_rejected_spec_is_one_line_and_nothing_is_written(tmp_path: Path, nats
     line = error_line(run(nats_url, tmp_path, str(path), "--run-id", "exp-bad"))
     assert line.startswith(f"error: {path}: ") and said in line
     assert records(nats_url, "exp-bad") == []
+
+
+def test_a_procedure_level_plays_its_evolutions_product_and_an_artifact_level_the_same(
+        tmp_path: Path, nats_url: str) -> None:
+    data = {**SPEC, "tasks": SPEC["tasks"][:2], "replications": 1,
+            "falsified_if": 'diff_high(passed, "evolved", "base") <= 0',
+            "factors": [{"name": "procedure", "levels": ["base", "evolved", "again"],
+                         "scope": {"kind": "procedure", "target": "evolve",
+                                   "levels": {"base": None, "evolved": {"rounds": 1, "tasks": 2, "heldout_tasks": 1,
+                                                                        "candidates": 1},
+                                              "again": {"artifact_of": "evolved"}}}}]}
+    ok(run(nats_url, tmp_path, str(write(tmp_path, data)), "--run-id", "exp-evo"))
+
+    async def ledger() -> Any:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            return await read_run_ledger(conn.log, "exp-evo-procedure-evolved")
+    evolution = asyncio.run(ledger())
+    assert evolution is not None and evolution.finished is not None
+    assert evolution.opened.settings["rollout"]["max_steps"] == SPEC["controlled_variables"]["max_steps"]
+    product = evolution.variants[evolution.root].current.digest
+    rounds = {e.variant: e.harness_digest for e in (r.event for r in records(nats_url, "exp-evo"))
+              if isinstance(e, RoundStarted)}
+    assert rounds == {"base": starter_harness("textworld").digest, "evolved": product, "again": product}
+    assert conclusion(nats_url, "exp-evo").units == 6
+
+
+def test_each_scope_changes_only_its_target() -> None:
+    base = starter_harness("textworld")
+    models = ModelConfig(main="random:")
+
+    def arm(kind: str, target: str, levels: dict[str, Any], level: str, config: dict[str, Any] | None = None) -> Any:
+        data = {**SPEC, "factors": [{"name": "f", "levels": list(levels),
+                                     "scope": {"kind": kind, "target": target, "levels": levels,
+                                               "config": config or {}}}],
+                "controlled_variables": {}, "falsified_if": f'mean(passed, "{level}") < 0'}
+        spec = parse_spec(data)
+        [cell] = [c for c in design_cells(spec) if c.name == level]
+        return arm_of(spec, cell, base, models)
+
+    removed = arm("processor", "loop_detector", {"on": True, "off": False}, "off")
+    assert "loop_detector" not in [p["type"] for p in removed.harness.to_dict()["processors"]]
+    assert removed.models == models and removed.env == {}
+    added = arm("processor", "loop_detector", {"off": None, "on": True}, "on",
+                {"hooks": ["after_tool"], "params": {"warn_after": 2}})
+    [detector] = [p for p in added.harness.to_dict()["processors"] if p["type"] == "loop_detector"]
+    assert detector["params"]["warn_after"] == 2 and tuple(detector["hooks"]) == ("after_tool",)
+    one_param = arm("processor_param", "loop_detector", {"a": {"warn_after": 3}, "b": {"warn_after": 5}}, "b")
+    [detector] = [p for p in one_param.harness.to_dict()["processors"] if p["type"] == "loop_detector"]
+    assert detector["params"] == {**detector["params"], "warn_after": 5, "interrupt_after": 12}
+    model = arm("model", "main", {"a": "random:", "b": "random:b"}, "b")
+    assert model.models.main == "random:b" and model.harness.digest == base.digest
+    env = arm("env", "HX_EXPERIMENT_FLAG", {"off": None, "on": "1"}, "on")
+    assert env.env == {"HX_EXPERIMENT_FLAG": "1"} and env.harness.digest == base.digest
+    with pytest.raises(ExperimentError, match="no processor 'nope'"):
+        arm("processor_param", "nope.x", {"a": 1, "b": 2}, "b")
+    # a procedure level plays its product; an artifact level the product it names; a null level the base
+    product = base.remove("loop_detector")
+    spec = parse_spec({**SPEC, "falsified_if": 'mean(passed, "evolved") < 0', "controlled_variables": {},
+                       "factors": [{"name": "p", "levels": ["base", "evolved", "again"],
+                                    "scope": {"kind": "procedure", "target": "evolve",
+                                              "levels": {"base": None, "evolved": {"rounds": 1},
+                                                         "again": {"artifact_of": "evolved"}}}}]})
+    products = {("p", "evolved"): (product, models), ("p", "again"): (product, models)}
+    digests = {c.name: arm_of(spec, c, base, models, products).harness.digest for c in design_cells(spec)}
+    assert digests == {"base": base.digest, "evolved": product.digest, "again": product.digest}
+    with pytest.raises(ExperimentError, match="not made yet"):
+        arm_of(spec, design_cells(spec)[1], base, models, {})
+
+
+@pytest.mark.parametrize(("levels", "said"), [
+    ({"base": None, "co": {"budget": 4}}, "the coevolve procedure is not runnable"),
+    ({"base": None, "evolved": {"rounds": 1, "budget": 4}}, "unknown evolve option(s) budget"),
+])
+def test_a_procedure_the_runner_cannot_make_is_refused_before_anything_is_written(
+        tmp_path: Path, nats_url: str, levels: dict[str, Any], said: str) -> None:
+    target = "coevolve" if "co" in levels else "evolve"
+    data = {**SPEC, "falsified_if": f'mean(passed, "{list(levels)[1]}") < 0',
+            "factors": [{"name": "p", "levels": list(levels),
+                         "scope": {"kind": "procedure", "target": target, "levels": levels}}]}
+    assert said in error_line(run(nats_url, tmp_path, str(write(tmp_path, data)), "--run-id", "exp-proc"))
+    assert records(nats_url, "exp-proc") == []
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_conclusion(tmp_path: Path, nats_url: str) -> None:
+    path = write(tmp_path, SPEC)
+    env = {**os.environ, "HX_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "hx", "--nats-url", nats_url, "experiment", "run", str(path),
+                             "--run-id", "exp-killed"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # each finished unit prints a line: kill the process after the third
+            if line.strip().startswith("3/12 "):
+                break
+        else:
+            raise AssertionError(f"the run ended before its third unit (exit {proc.wait()})")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not [r for r in records(nats_url, "exp-killed") if isinstance(r.event, ExperimentConcluded)]
+    ok(run(nats_url, tmp_path, str(path), "--resume", "exp-killed"))
+    # every unit finished exactly once: the units done before the kill were not played again
+    assert len([r for r in records(nats_url, "exp-killed") if isinstance(r.event, AttemptFinished)]) == 12
+    ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-unbroken"))
+    assert same_result(conclusion(nats_url, "exp-killed"), conclusion(nats_url, "exp-unbroken"))
+
+
+def test_model_replaces_the_controlled_model_and_is_part_of_the_spec(tmp_path: Path, nats_url: str) -> None:
+    path = write(tmp_path, SPEC)
+    ok(run(nats_url, tmp_path, str(path), "--run-id", "exp-model", "--units", "1", "--model", "random:other"))
+    [exp] = [r.event for r in records(nats_url, "exp-model") if isinstance(r.event, ExperimentStarted)]
+    assert exp.spec["controlled_variables"]["model"] == "random:other"
+    [started] = [r.event for r in records(nats_url, "exp-model") if isinstance(r.event, AttemptStarted)]
+    assert started.model == "random:other"
+    assert "the spec differs" in error_line(run(nats_url, tmp_path, str(path), "--resume", "exp-model"))
+    ok(run(nats_url, tmp_path, str(path), "--resume", "exp-model", "--units", "1", "--model", "random:other"))

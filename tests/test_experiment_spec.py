@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,9 @@ def test_the_seed_shape_normalises_to_factors() -> None:
 @pytest.mark.parametrize("suffix", [".yaml", ".toml", ".json"])
 def test_every_format_loads_the_same_spec(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"exp{suffix}"
-    dump = {".yaml": yaml.safe_dump, ".toml": tomli_w.dumps, ".json": json.dumps}[suffix]
-    path.write_text(dump(SEED))
+    dumps: dict[str, Callable[[dict[str, Any]], str]] = {
+        ".yaml": yaml.safe_dump, ".toml": tomli_w.dumps, ".json": json.dumps}
+    path.write_text(dumps[suffix](SEED))
     assert spec_digest(load_spec(path)) == spec_digest(parse_spec(SEED))
 
 
@@ -138,6 +140,10 @@ def test_two_mutable_scopes_are_rejected_unless_a_declared_factorial() -> None:
     same_scope = copy.deepcopy(two)
     same_scope["factors"][1]["scope"] = same_scope["factors"][0]["scope"]
     assert "same scope" in rejected(dict(same_scope, design="factorial", falsified_if=by_factor))
+    by_cell = 'diff(passed, "prior_knowledge_pass=on,guard=on", "prior_knowledge_pass=off,guard=off") > 0'
+    assert "compare two levels of one factor" in rejected(dict(two, design="factorial", falsified_if=by_cell))
+    across = 'diff(passed, "prior_knowledge_pass=on", "guard=off") > 0'
+    assert "compare two levels of one factor" in rejected(dict(two, design="factorial", falsified_if=across))
     assert "more than one factor" in rejected(dict(two, design="factorial", falsified_if='mean(passed, "on") < 1'))
 
 

@@ -36,25 +36,23 @@ def _shown(b: Bounds) -> str:
 
 
 def conclusion_table(spec: ExperimentSpec, concluded: ExperimentConcluded) -> Table:
-    """The results as a table: per level mean [low, high] per variable, then each effect with its verdict."""
+    """The results as a table: per level mean [low, high] per variable, then each effect, its size d and verdict."""
     table = Table(title=f"{spec.title} ({concluded.run_id}, {concluded.units} units)")
     table.add_column("level / effect")
     for variable in spec.response_variables:
         table.add_column(variable, justify="right")
-    table.add_column("verdict")
     means = {(s.level, s.variable): s for s in concluded.levels}
     for level in dict.fromkeys(s.level for s in concluded.levels):
         table.add_row(level, *(_shown(means[(level, v)].mean) if (level, v) in means else "-"
-                               for v in spec.response_variables), "")
+                               for v in spec.response_variables))
     effects = {(e.factor, e.level, e.reference, e.variable): e for e in concluded.effects}
     for factor, level, reference in dict.fromkeys((e.factor, e.level, e.reference) for e in concluded.effects):
         row = [effects.get((factor, level, reference, v)) for v in spec.response_variables]
-        shown = [f"{_shown(e.difference)} d={e.effect_size.estimate:.2f}" if e else "-" for e in row]
-        verdicts = ", ".join(f"{v}: {e.verdict}" for v, e in zip(spec.response_variables, row, strict=True) if e)
-        table.add_row(f"{factor}: {level} - {reference}", *shown, verdicts)
+        shown = [f"{_shown(e.difference)} d={e.effect_size.estimate:.2f} {e.verdict}" if e else "-" for e in row]
+        table.add_row(f"{factor}: {level} - {reference}", *shown)
     for inter in concluded.interactions:
         contrasts = [_shown(inter.contrast) if inter.variable == v else "-" for v in spec.response_variables]
-        table.add_row(f"interaction {inter.factors[0]} x {inter.factors[1]}", *contrasts, "")
+        table.add_row(f"interaction {inter.factors[0]} x {inter.factors[1]}", *contrasts)
     return table
 
 
@@ -107,7 +105,7 @@ def run_command(app: App, spec_path: Path, resume: str | None, model: str | None
 async def _run(app: App, spec: ExperimentSpec, spec_path: Path, run_id: str, resume: bool, concurrency: int,
                max_units: int | None) -> tuple[ExperimentConcluded | None, ExperimentRun]:
     async with app.connect() as conn:
-        experiment = ExperimentRun(spec, conn.log, run_id=run_id, base_dir=spec_path.parent,
+        experiment = ExperimentRun(spec, conn, run_id=run_id, base_dir=spec_path.parent,
                                    concurrency=concurrency)
         console = stderr_console()
         console.print(f"experiment {run_id}: {len(experiment.order)} units "

@@ -86,8 +86,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "evolve": LazyCommand("hx.cli.evolve", "evolve_command",
                           "Evolve a harness from its traces (AEGIS), every decision on the edit ledger."),
     "experiment": LazyCommand("hx.cli.experiment", "experiment_group",
-                              "Run a controlled experiment from its spec: every (task, level, replication) unit in "
-                              "a seeded random order on the log, concluded with intervals."),
+                              "Controlled experiments: a spec's arms in a seeded random order on the log, "
+                              "concluded with intervals."),
     "export": LazyCommand("hx.cli.export", "export_command",
                           "Write RUN's evolution record to DIR, folded from its edit ledger (``--inspect``: its "
                           "evaluations as Inspect AI eval logs; ``--mlflow STORE``: its curves into an MLflow "

@@ -15,7 +15,6 @@ give the same conclusion (a resumed run and an uninterrupted one agree to the di
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from hx.errors import IntervalError
 from hx.experiment.design import Cell, Unit
@@ -57,15 +56,8 @@ def _mean(variable: str, outcomes: Outcomes, seed: int) -> Bounds:
     return bounds(task_mean(outcomes, seed=seed))
 
 
-@dataclass(frozen=True)
-class _Arms:
-    """The outcomes of every arm a summary is taken over, per variable: cells and (factorial) factor levels."""
-
-    by_name: dict[str, dict[str, Outcomes]]
-    """Arm name (a cell, or ``factor=level``) -> variable -> outcomes."""
-
-
-def _arms(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit, AttemptOutput]) -> _Arms:
+def _arms(spec: ExperimentSpec, outputs: Mapping[Unit, AttemptOutput]) -> dict[str, dict[str, Outcomes]]:
+    """Arm name (a cell, or in a factorial ``factor=level``) -> variable -> task -> the units' values."""
     by_name: dict[str, dict[str, Outcomes]] = {}
 
     def add(name: str, unit: Unit, output: AttemptOutput) -> None:
@@ -79,7 +71,7 @@ def _arms(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit, At
         if len(spec.factors) > 1:
             for factor, level in unit.cell.levels:
                 add(f"{factor}={level}", unit, outputs[unit])
-    return _Arms(by_name)
+    return by_name
 
 
 class Conclusion:
@@ -125,7 +117,7 @@ def _plain(arm: str) -> str:
 def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit, AttemptOutput], *, run_id: str,
              spec_digest: str) -> ExperimentConcluded:
     """Summarise the finished units of an experiment as its ``ExperimentConcluded``."""
-    arms = _arms(spec, cells, outputs).by_name
+    arms = _arms(spec, outputs)
     seed = spec.seed
     levels: list[LevelSummary] = []
     for name, variables in arms.items():

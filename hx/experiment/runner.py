@@ -34,6 +34,7 @@ from hx.experiment.analysis import conclude
 from hx.experiment.design import Unit, attempt_number, design_cells, replication_of, units
 from hx.experiment.errors import ExperimentError
 from hx.experiment.levels import Arm, arm_of
+from hx.experiment.procedure import check_procedures, make_products
 from hx.experiment.spec import spec_digest, spec_to_dict
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
@@ -45,6 +46,7 @@ from projections.runner import ProjectionRunner
 from schemas.event import Event
 from schemas.experiment import ExperimentConcluded, ExperimentSpec, ExperimentStarted
 from schemas.lifecycle import AttemptMark, RoundFinished, RoundStarted, RunFinished, RunStarted
+from streams.connection import Connection
 from streams.log import EventLog
 from streams.topology import TRACE, subject_token, trace_subject
 
@@ -184,13 +186,15 @@ def _environment(changes: Mapping[str, str | None]) -> Iterator[None]:
 class ExperimentRun:
     """One experiment's run on the log: start or resume, play the units, conclude."""
 
-    def __init__(self, spec: ExperimentSpec, log: EventLog, *, run_id: str, base_dir: Path = Path("."),
+    def __init__(self, spec: ExperimentSpec, conn: Connection, *, run_id: str, base_dir: Path = Path("."),
                  concurrency: int = 1) -> None:
         self.spec = spec
         self.digest = spec_digest(spec)
-        self.log = log
+        self.conn = conn
+        self.log: EventLog = conn.log
         self.run_id = run_id
         self.controlled = Controlled.of(spec, base_dir)
+        check_procedures(spec)
         self.cells = design_cells(spec)
         self.order = units(spec)
         self.by_key = {(u.cell.index, u.task, u.replication): u for u in self.order}
@@ -198,15 +202,34 @@ class ExperimentRun:
         env_scope = any(f.scope.kind == "env" for f in spec.factors)
         self.concurrency = 1 if env_scope else max(1, concurrency)
         self.progress = Progress(total=len(self.order))
+        self.unstarted = False
 
-    def _arms(self, base: HarnessConfig) -> dict[int, Arm]:
+    async def _arms(self, base: HarnessConfig, benches: Mapping[str, Benchmark]) -> dict[int, Arm]:
+        """Each cell's arm; procedure levels' products are made first (or read back when resuming)."""
         models = ModelConfig(main=self.controlled.model)
-        return {cell.index: arm_of(self.spec, cell, base, models) for cell in self.cells}
+        products = {}
+        if any(f.scope.kind == "procedure" for f in self.spec.factors):
+            products = await make_products(self.conn, self.spec, benches, run_id=self.run_id, base=base,
+                                           model=self.controlled.model, max_steps=self.controlled.max_steps,
+                                           concurrency=self.concurrency)
+        return {cell.index: arm_of(self.spec, cell, base, models, products) for cell in self.cells}
 
-    async def _start(self, rollout: Rollout, arms: Mapping[int, Arm], task_ids: tuple[str, ...]) -> None:
+    def _rollout(self, base: HarnessConfig, source: str, benches: Mapping[str, Benchmark]) -> Rollout:
+        """The run's brackets (RunStarted, RunFinished) and the tasks its units play."""
+        c = self.controlled
+        settings = RolloutSettings(attempts=self.spec.replications, concurrency=self.concurrency,
+                                   max_steps=c.max_steps, seed=self.spec.seed, timeout_s=c.timeout_s)
+        return Rollout(list(benches.values()), ModelConfig(main=c.model), base, log=self.log, settings=settings,
+                       harness_source=source)
+
+    async def _claim(self, base: HarnessConfig, source: str, benches: Mapping[str, Benchmark]) -> None:
+        """RunStarted (kind experiment, the spec digest): a second run of this id is refused here."""
         extra = {"experiment": self.spec.title, "spec_digest": self.digest, "cells": [c.name for c in self.cells],
                  "replications": self.spec.replications}
-        await rollout.start(self.run_id, kind="experiment", extra=extra)
+        await self._rollout(base, source, benches).start(self.run_id, kind="experiment", extra=extra)
+
+    async def _start(self, arms: Mapping[int, Arm], task_ids: tuple[str, ...]) -> None:
+        """ExperimentStarted (the spec and the order) and one RoundStarted per cell."""
         subject = trace_subject(self.run_id)
         started = ExperimentStarted(run_id=self.run_id, spec=spec_to_dict(self.spec), spec_digest=self.digest,
                                     order=tuple(u.key for u in self.order))
@@ -224,12 +247,14 @@ class ExperimentRun:
         started = next((e for e in events if isinstance(e, RunStarted)), None)
         if started is None:
             raise ExperimentError(f"--resume {self.run_id}: no such run on the log")
-        exp = next((e for e in events if isinstance(e, ExperimentStarted)), None)
-        if started.kind != "experiment" or exp is None:
+        if started.kind != "experiment":
             raise ExperimentError(f"--resume {self.run_id}: the run is a {started.kind} run, not an experiment")
-        if exp.spec_digest != self.digest:
+        logged = str(started.config.get("spec_digest", ""))
+        if logged != self.digest:
             raise ExperimentError(f"--resume {self.run_id}: the spec differs from the one the run started with "
-                                  f"({exp.spec_digest[:19]} on the log, {self.digest[:19]} given)")
+                                  f"({logged[:19]} on the log, {self.digest[:19]} given)")
+        # stopped while its procedures ran: ExperimentStarted and the rounds are still to write
+        self.unstarted = not any(isinstance(e, ExperimentStarted) for e in events)
         return next((e for e in events if isinstance(e, ExperimentConcluded)), None)
 
     async def run(self, *, resume: bool = False, max_units: int | None = None,
@@ -242,14 +267,12 @@ class ExperimentRun:
         benches, ids = _benchmarks(self.spec)
         try:
             base, source = _base_harness(self.controlled, benches)
-            arms = self._arms(base)
-            settings = RolloutSettings(attempts=self.spec.replications, concurrency=self.concurrency,
-                                       max_steps=self.controlled.max_steps, seed=self.spec.seed,
-                                       timeout_s=self.controlled.timeout_s)
-            rollout = Rollout(list(benches.values()), ModelConfig(main=self.controlled.model), base, log=self.log,
-                              settings=settings, harness_source=source)
-            if not resume:
-                await self._start(rollout, arms, tuple(str(t) for t in ids))
+            if not resume:  # claim the run id before any procedure runs under names derived from it
+                await self._claim(base, source, benches)
+            arms = await self._arms(base, benches)
+            rollout = self._rollout(base, source, benches)
+            if not resume or self.unstarted:
+                await self._start(arms, tuple(str(t) for t in ids))
             finished, tries = _units_on_log(self.spec, await attempt_outputs(self.log, self.run_id), self.by_key)
             todo = [u for u in self.order if u not in finished]
             self.progress.done_before = len(self.order) - len(todo)

@@ -186,9 +186,18 @@ def _check_falsify(spec: ExperimentSpec, where: str) -> Expression:
         if ambiguous:
             raise _reject(where, "falsified_if", f"level {ambiguous[0]!r} belongs to more than one factor; "
                           "write it as factor=level")
+    def owner(name: str) -> str:
+        factor, sep, _ = name.partition("=")
+        if sep:
+            return "," if "," in name else factor  # a cell belongs to no one factor
+        return next(f.name for f in spec.factors if name in f.levels)
+
     for level, reference in expression.pairs:
         if level == reference:
             raise _reject(where, "falsified_if", f"compares level {level!r} with itself")
+        if owner(level) != owner(reference) or owner(level) == ",":
+            raise _reject(where, "falsified_if", f"diff/effect compare two levels of one factor, not {level!r} "
+                          f"and {reference!r}")
     return expression
 
 
