@@ -225,6 +225,20 @@ def test_the_auditor_finds_a_kept_hypothesis_without_evidence_invalid() -> None:
     assert a.verdict == "INVALID" and "falsified_if lets a null result through" in a.reasons[0]
 
 
+def test_a_null_let_through_is_revised_with_a_falsified_if_that_needs_the_interval_to_clear_0() -> None:
+    r = record(spec(), NULL)  # diff_high(...) <= 0 is False at 0.35: "not falsified" on no evidence
+    review = offline_review(r)
+    assert [v.verdict for v in review.verdicts] == ["SOUND", "INVALID", "REDESIGN"]
+    assert review.proposal["falsified_if"] == 'diff_low(passed, "on", "off") <= 0'
+    assert review.verdicts[2].reasons[0].endswith("falsified_if tightened: the hypothesis stands only if the "
+                                                  "interval clears 0")
+    noisy = offline_review(record(spec(), bounds(0.2, -0.05, 0.45)))
+    assert noisy.verdicts[2].verdict == "REVISE" and noisy.proposal["replications"] == 7
+    assert noisy.proposal["falsified_if"] == 'diff_low(passed, "on", "off") <= 0'
+    down = spec(falsified_if='diff_low(passed, "on", "off") >= 0')
+    assert offline_review(record(down, NULL)).proposal["falsified_if"] == 'diff_high(passed, "on", "off") >= 0'
+
+
 def test_the_auditor_finds_a_refutation_against_the_intervals_invalid() -> None:
     assert auditor(record(spec(), CLEAR, "falsified")).verdict == "INVALID"
     assert auditor(record(spec(), NULL, "falsified")).verdict == "VALID"

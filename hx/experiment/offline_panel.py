@@ -217,14 +217,35 @@ def optimizer(record: ExperimentRecord, method: PersonaVerdict, audit: PersonaVe
                                              "try the next level the other way"),
                 next_step(spec, effect, sign, level_wins=False))
     needed = replications_needed(effect, spec.replications)
+    strict = _strict(spec, effect, direction or 1) if concluded_null(record) else spec
+    tightened = "; falsified_if tightened: the hypothesis stands only if the interval clears 0" \
+        if strict is not spec else ""
     if needed is None or needed > MAX_REPLICATIONS:
         why = ("no difference at all between the arms" if needed is None else
                f"resolving it needs more than {MAX_REPLICATIONS} replications")
         return (_verdict("REDESIGN", f"{noise}; {why}: change the factor more or test another (proposed: "
-                                     f"this one at {MAX_REPLICATIONS} replications, the most worth running)"),
-                _checked(msgspec.structs.replace(spec, replications=max(MAX_REPLICATIONS, spec.replications))))
-    return (_verdict("REVISE", noise + f"; {needed} replications should resolve it (sized from the spread)"),
-            _checked(msgspec.structs.replace(spec, replications=needed)))
+                                     f"this one at {MAX_REPLICATIONS} replications, the most worth running)"
+                                     f"{tightened}"),
+                _checked(msgspec.structs.replace(strict, replications=max(MAX_REPLICATIONS, spec.replications))))
+    return (_verdict("REVISE", noise + f"; {needed} replications should resolve it (sized from the spread)"
+                               + tightened),
+            _checked(msgspec.structs.replace(strict, replications=needed)))
+
+
+def concluded_null(record: ExperimentRecord) -> bool:
+    """The hypothesis was left standing though no effect it names clears 0: its falsified_if lets a null through."""
+    if record.concluded.falsified != "not_falsified":
+        return False
+    return not any(excludes_zero(e.difference) for e in relevant_effects(record.spec, record.concluded))
+
+
+def _strict(spec: ExperimentSpec, effect: EffectSummary, direction: int) -> ExperimentSpec:
+    """The spec with a falsified_if that refutes unless the effect's interval clears 0 the claimed way."""
+    if len(spec.factors) != 1:
+        return spec
+    args = f'{effect.variable}, "{effect.level}", "{effect.reference}"'
+    falsified_if = f"diff_low({args}) <= 0" if direction > 0 else f"diff_high({args}) >= 0"
+    return msgspec.structs.replace(spec, falsified_if=falsified_if)
 
 
 def _verdict(verdict: str, reason: str) -> PersonaVerdict:
@@ -354,7 +375,8 @@ def offline_review(record: ExperimentRecord) -> PanelReviewed:
 
 
 __all__ = [
-    "LOST_GAP", "MARGINAL_REPLICATIONS", "MAX_REPLICATIONS", "SOUND_REPLICATIONS", "auditor", "confounds",
+    "LOST_GAP", "MARGINAL_REPLICATIONS", "MAX_REPLICATIONS", "SOUND_REPLICATIONS", "auditor", "concluded_null",
+    "confounds",
     "fixed_design", "main_effect", "methodologist", "next_step", "offline_review", "optimizer",
     "replications_needed",
 ]
