@@ -8,6 +8,7 @@ from schemas import (
     experiment,  # noqa: F401 - registers the experiment runner's event types
     learn,  # noqa: F401 - registers the learner's event types
     ledger,  # noqa: F401 - registers the edit ledger's event types
+    panel,  # noqa: F401 - registers the experiment panel's event type
 )
 from schemas.envelope import (
     FRAME_TYPE,
