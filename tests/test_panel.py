@@ -13,8 +13,6 @@ import yaml
 from hx_cli import error_line, hx, ok
 from panel_log import SPEC, write_experiment
 
-from hx.cli.experiment import experiment_group
-from hx.cli.experiment_review import review_command
 from hx.experiment.design import design_cells, units
 from hx.experiment.offline_panel import (
     MAX_REPLICATIONS,
@@ -290,13 +288,6 @@ def test_every_proposal_is_a_spec_the_runner_accepts() -> None:
 
 # --- hx experiment review on a real log -----------------------------------------------------------------
 
-@pytest.fixture
-def review_wired() -> None:
-    """``review`` in the ``experiment`` group, as the lead wires it."""
-    if "review" not in experiment_group.commands:
-        experiment_group.add_command(review_command)
-
-
 def logged(nats_url: str, run_id: str, types: list[str]) -> list[Any]:
     async def read() -> list[Any]:
         async with connect(NatsSettings(url=nats_url)) as conn:
@@ -311,8 +302,7 @@ def on_log(nats_url: str, run_id: str, **changes: Any) -> None:
     asyncio.run(write())
 
 
-def test_a_real_experiment_reviewed_offline_and_its_proposal_run_as_is(tmp_path: Path, nats_url: str,
-                                                                      review_wired: None) -> None:
+def test_a_real_experiment_reviewed_offline_and_its_proposal_run_as_is(tmp_path: Path, nats_url: str) -> None:
     data = {
         "title": "history window", "hypothesis": "a 4-step history window lowers the random agent's steps",
         "falsified_if": 'diff_low(steps, "short", "long") >= 0',
@@ -341,7 +331,7 @@ def test_a_real_experiment_reviewed_offline_and_its_proposal_run_as_is(tmp_path:
     assert len(logged(nats_url, "exp-real", [PanelReviewed.TYPE])) == 2
 
 
-def test_review_json_and_a_json_proposal_file(tmp_path: Path, nats_url: str, review_wired: None) -> None:
+def test_review_json_and_a_json_proposal_file(tmp_path: Path, nats_url: str) -> None:
     on_log(nats_url, "exp-hand")
     out = tmp_path / "next.json"
     result = ok(hx("--nats-url", nats_url, "experiment", "review", "exp-hand", "--json", "--out", str(out)))
@@ -360,7 +350,7 @@ def test_review_json_and_a_json_proposal_file(tmp_path: Path, nats_url: str, rev
     (("exp-hand", "--model", "nosuch:model"), "error: --model: "),
     (("exp-hand", "--out", "missing/next.yaml"), "error: --out missing/next.yaml: cannot write"),
 ])
-def test_review_refuses_with_one_line_and_writes_nothing(tmp_path: Path, nats_url: str, review_wired: None,
+def test_review_refuses_with_one_line_and_writes_nothing(tmp_path: Path, nats_url: str,
                                                          args: tuple[str, ...], message: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -379,8 +369,7 @@ def test_review_refuses_with_one_line_and_writes_nothing(tmp_path: Path, nats_ur
     assert [p.name for p in tmp_path.iterdir()] == ["nats"]  # the server's store, nothing of ours
 
 
-def test_a_test_task_an_earlier_run_played_is_found_on_the_log(tmp_path: Path, nats_url: str,
-                                                               review_wired: None) -> None:
+def test_a_test_task_an_earlier_run_played_is_found_on_the_log(tmp_path: Path, nats_url: str) -> None:
     data: dict[str, Any] = {**SPEC, "tasks": ["twx:coin:test:7", "twx:coin:dev:1"]}
 
     async def write() -> None:

@@ -1,4 +1,4 @@
-"""``hx experiment``: run a controlled experiment from its spec (``run``); the panel's ``review`` joins the group.
+"""``hx experiment``: run a controlled experiment from its spec (``run``) and have the panel judge it (``review``).
 
 >>> from click.testing import CliRunner
 >>> CliRunner().invoke(experiment_group, ["run", "--help"]).exit_code
@@ -17,6 +17,7 @@ import msgspec
 from rich.table import Table
 
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
+from hx.cli._lazy import LazyCommand, LazyGroup
 from hx.cli._specs import check_spec_option
 from hx.experiment.design import Unit
 from hx.experiment.runner import ExperimentRun, conclusion_json
@@ -56,7 +57,13 @@ def conclusion_table(spec: ExperimentSpec, concluded: ExperimentConcluded) -> Ta
     return table
 
 
-@click.group("experiment")
+REVIEW = LazyCommand("hx.cli.experiment_review", "review_command",
+                     "Judge the concluded experiment RUN: three personas, the cascade's decision, the next "
+                     "experiment's spec.")
+"""The panel's command, imported only when named (the LLM panel's imports are not ``run``'s)."""
+
+
+@click.group("experiment", cls=LazyGroup, lazy={"review": REVIEW})
 def experiment_group() -> None:
     """Controlled experiments: a spec's arms in a seeded random order on the log, concluded with intervals."""
 
