@@ -137,3 +137,95 @@ def keep_rule(difference: Interval) -> Verdict:
     if difference.below(0.0):
         return Verdict.DISCARD
     return Verdict.INCONCLUSIVE
+
+
+# --- weighted, vectorised: the eval suite's composite over thousands of attempts ------------
+
+_DRAWS_PER_CHUNK = 1_000_000
+"""Attempt draws made in one numpy call at most (bounds the memory of a task with many attempts)."""
+
+
+def _inner_means(arrays: Sequence[np.ndarray], idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each resampled task slot ``idx[r, j]``, the mean of a resample of that task's attempts."""
+    means = np.empty(idx.shape, dtype=float)
+    for i, values in enumerate(arrays):
+        where = np.nonzero(idx == i)
+        slots = where[0].size
+        if not slots:
+            continue
+        out = np.empty(slots, dtype=float)
+        rows = max(1, _DRAWS_PER_CHUNK // values.size)
+        for lo in range(0, slots, rows):
+            n = min(rows, slots - lo)
+            out[lo:lo + n] = values[rng.integers(0, values.size, size=(n, values.size))].mean(axis=1)
+        means[where] = out
+    return means
+
+
+def _task_draws(tasks: int, rng: np.random.Generator) -> np.ndarray:
+    """``RESAMPLES`` draws of ``tasks`` task indices with replacement (one task: always itself)."""
+    if tasks < 2:
+        return np.zeros((RESAMPLES, 1), dtype=int)
+    return rng.integers(0, tasks, size=(RESAMPLES, tasks))
+
+
+def _weights(names: Sequence[str], weights: Mapping[str, float] | None) -> np.ndarray:
+    w = np.asarray([1.0 if weights is None else float(weights.get(t, 1.0)) for t in names], dtype=float)
+    if (w < 0).any() or not w.sum() > 0:
+        raise IntervalError("task weights must be non-negative and not all 0")
+    return w
+
+
+def _percentile(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    lo, hi = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(lo), float(hi)
+
+
+def weighted_task_mean(outcomes: Mapping[str, Sequence[float]], weights: Mapping[str, float] | None = None, *,
+                       confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+    """The weight-weighted mean over tasks of each task's mean outcome, bootstrapped over tasks then attempts.
+
+    The same two-stage percentile bootstrap as ``task_mean``, vectorised with numpy so that
+    thousands of attempts score in milliseconds; a task missing from ``weights`` weighs 1.
+
+    >>> r = weighted_task_mean({"a": [1, 1, 0], "b": [0, 0, 0]}, {"a": 3.0, "b": 1.0})
+    >>> round(r.estimate, 3)
+    0.5
+    """
+    names = sorted(outcomes)
+    arrays = [_arrays(outcomes, "the outcomes")[t] for t in names]
+    w = _weights(names, weights)
+    rng = np.random.default_rng(seed)
+    idx = _task_draws(len(arrays), rng)
+    ww = w[idx]
+    totals = ww.sum(axis=1)
+    totals[totals == 0] = 1.0  # a resample of only weight-0 tasks: its mean is 0, not a division by 0
+    stat = (_inner_means(arrays, idx, rng) * ww).sum(axis=1) / totals
+    low, high = _percentile(stat, confidence)
+    estimate = float(np.average([a.mean() for a in arrays], weights=w))
+    return Interval(estimate, low, high, confidence, "bootstrap tasks+attempts")
+
+
+def weighted_paired_difference(base: Mapping[str, Sequence[float]], candidate: Mapping[str, Sequence[float]],
+                               weights: Mapping[str, float] | None = None, *, confidence: float = CONFIDENCE,
+                               seed: int = 0) -> Interval:
+    """Candidate minus base, the weight-weighted mean over the tasks both played, with a paired two-stage bootstrap.
+
+    Each resample draws the tasks once for both arms (a task's difficulty cancels) and each
+    arm's attempts apart.
+    """
+    common = sorted(set(base) & set(candidate))
+    if not common:
+        raise IntervalError("the two arms played no task in common")
+    b = _arrays({t: base[t] for t in common}, "the base")
+    c = _arrays({t: candidate[t] for t in common}, "the candidate")
+    w = _weights(common, weights)
+    rng = np.random.default_rng(seed)
+    idx = _task_draws(len(common), rng)
+    ww = w[idx]
+    totals = ww.sum(axis=1)
+    totals[totals == 0] = 1.0
+    diff = _inner_means([c[t] for t in common], idx, rng) - _inner_means([b[t] for t in common], idx, rng)
+    low, high = _percentile((diff * ww).sum(axis=1) / totals, confidence)
+    estimate = float(np.average([c[t].mean() - b[t].mean() for t in common], weights=w))
+    return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")

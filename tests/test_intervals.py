@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hx.errors import IntervalError
-from hx.intervals import Verdict, keep_rule, paired_difference, pass_rate, task_mean
+from hx.intervals import (Verdict, keep_rule, paired_difference, pass_rate, task_mean, weighted_paired_difference,
+                          weighted_task_mean)
 
 
 def test_a_pass_rate_has_its_wilson_interval_and_stays_inside_zero_and_one() -> None:
@@ -67,3 +68,27 @@ def test_outcomes_an_interval_cannot_come_from_are_errors() -> None:
         task_mean({"a": [], "b": [1.0]})
     with pytest.raises(IntervalError, match="has no attempts"):
         task_mean({})
+
+
+def test_the_weighted_mean_agrees_with_the_two_stage_bootstrap_and_weights_move_it() -> None:
+    outcomes = {f"t{i}": [float((i * 7 + a) % 3 == 0) for a in range(5)] for i in range(12)}
+    plain, fast = task_mean(outcomes), weighted_task_mean(outcomes)
+    assert fast.estimate == pytest.approx(plain.estimate)
+    assert fast.low == pytest.approx(plain.low, abs=0.03) and fast.high == pytest.approx(plain.high, abs=0.03)
+    assert weighted_task_mean(outcomes, seed=3) == weighted_task_mean(outcomes, seed=3)
+    heavy = weighted_task_mean({"a": [1.0, 1.0], "b": [0.0, 0.0]}, {"a": 3.0})
+    assert heavy.estimate == 0.75 and heavy.method == "bootstrap tasks+attempts"
+    one = weighted_task_mean({"only": [1.0, 0.0] * 50})
+    assert one.low < 0.5 < one.high and one.high - one.low < 0.3  # one task: the attempts still vary
+
+
+def test_the_weighted_paired_difference_keeps_a_clear_gain_and_refuses_bad_weights() -> None:
+    base = {f"t{i}": [0.0, 0.0, 1.0] for i in range(10)}
+    better = {f"t{i}": [1.0, 1.0, 1.0] for i in range(10)}
+    diff = weighted_paired_difference(base, better, {"t0": 2.0})
+    assert diff.estimate == pytest.approx(2 / 3) and keep_rule(diff) is Verdict.KEEP
+    assert keep_rule(weighted_paired_difference(better, base)) is Verdict.DISCARD
+    with pytest.raises(IntervalError, match="weights"):
+        weighted_task_mean({"a": [1.0]}, {"a": 0.0})
+    with pytest.raises(IntervalError, match="no task in common"):
+        weighted_paired_difference({"a": [1.0]}, {"b": [1.0]})
