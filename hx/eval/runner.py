@@ -309,7 +309,9 @@ class EvalRunner:
                     "tasks": [p.name for p in self.planned], "score_seed": self.seed, **config}
         event = RunStarted(run_id=run_id, kind="eval", config=public(settings), seed=self.seed)
         try:
-            await self.log.append(trace_subject(run_id), event, key=f"{run_id}/started", expected_last_seq=0)
+            # a key of this claim's own: the log takes a resend of this very append as stored, and refuses any other
+            await self.log.append(trace_subject(run_id), event, key=f"{run_id}/started@{uuid.uuid4().hex[:12]}",
+                                  expected_last_seq=0)
         except ConcurrencyConflict:
             raise EvalError(f"run {run_id!r} is already on the log; use another run id") from None
 
