@@ -32,8 +32,6 @@ ANSWER_MAX = 32_768
 """Characters of an answer kept; the rest is cut (criteria see ``answer_cut``)."""
 MAIN_ROLE = "main"
 
-_address = lru_cache(maxsize=65_536)(TraceAddress.parse)
-
 
 class AttemptOutput(msgspec.Struct):
     """One attempt as its output: the verdict, the answer, the tools called and how its actions went."""
@@ -54,14 +52,15 @@ class AttemptOutput(msgspec.Struct):
     answer: str = ""
     """The main model's last non-empty content (what the verifier was given)."""
     submitted: str = ""
-    """The last ``answer`` a tool call carried (a ``final_answer``-style tool), else empty."""
+    """The last ``answer`` a tool call carried (a ``final_answer``-style tool; a number as its text), else empty."""
     answer_cut: bool = False
     tool_calls: dict[str, int] = {}
     """Tool name to how many times it was called."""
     actions: int = 0
     """Tool calls run."""
     tool_errors: int = 0
-    """Tool results flagged as errors (an unknown tool, a refused call, a tool's own failure)."""
+    """Tool results flagged as errors (an unknown tool, a call the tool rejected, a tool's own failure); a call a
+    processor withheld at before_tool never ran and is not counted."""
     invalid_actions: int = 0
     """Actions the environment reported as invalid."""
     longest_repeat: int = 0
@@ -89,6 +88,18 @@ def output_key(run: str, round: int, task: str, attempt: int) -> str:
     return f"{run}/{round}/{task}/{attempt}"
 
 
+@lru_cache(maxsize=65_536)
+def _attempt_of(subject: str) -> tuple[str, str, int, str, int] | None:
+    """(key, run, round, task, attempt) of an attempt's subject, None for any other; cached, as subjects repeat."""
+    try:
+        addr = TraceAddress.parse(subject)
+    except ValueError:
+        return None
+    if addr.round is None or addr.task is None or addr.attempt is None:
+        return None
+    return output_key(addr.run, addr.round, addr.task, addr.attempt), addr.run, addr.round, addr.task, addr.attempt
+
+
 def _cut(out: AttemptOutput, text: str) -> str:
     if len(text) > ANSWER_MAX:
         out.answer_cut = True
@@ -105,6 +116,8 @@ class AttemptOutputs(Projection[dict[str, AttemptOutput]]):
     """Per attempt: verdict, answer, tool calls, invalid actions and repeats; the eval suite's input."""
 
     name: ClassVar[str] = "attempt_outputs"
+    version: ClassVar[int] = 2
+    """2: a number a tool call gave as its answer is submitted as its text."""
     reads = frozenset({AttemptStarted.TYPE, AttemptFinished.TYPE, ModelResponse.TYPE, ToolInvoked.TYPE,
                        ToolReturned.TYPE, EnvObservation.TYPE})
     state_type = dict[str, AttemptOutput]
@@ -115,16 +128,12 @@ class AttemptOutputs(Projection[dict[str, AttemptOutput]]):
 
     def fold(self, state: dict[str, AttemptOutput], record: Record) -> dict[str, AttemptOutput]:
         """Update the output of the record's attempt."""
-        try:
-            addr = _address(record.subject)
-        except ValueError:
+        where = _attempt_of(record.subject)
+        if where is None:
             return state
-        if addr.round is None or addr.task is None or addr.attempt is None:
-            return state
-        key = output_key(addr.run, addr.round, addr.task, addr.attempt)
-        out = state.get(key)
+        out = state.get(where[0])
         if out is None:
-            out = state[key] = AttemptOutput(addr.run, addr.round, addr.task, addr.attempt)
+            out = state[where[0]] = AttemptOutput(*where[1:])
         event = record.event
         if isinstance(event, ToolInvoked):
             call = event.call
@@ -135,8 +144,11 @@ class AttemptOutputs(Projection[dict[str, AttemptOutput]]):
             out.last_action = digest
             out.longest_repeat = max(out.longest_repeat, out.repeat)
             answer = call.input.get("answer") if isinstance(call.input, dict) else None
-            if isinstance(answer, str) and answer:
-                out.submitted = _cut(out, answer)
+            if isinstance(answer, str):
+                if answer:
+                    out.submitted = _cut(out, answer)
+            elif isinstance(answer, int | float) and not isinstance(answer, bool):
+                out.submitted = str(answer)  # as a final_answer tool takes a number (hx.environments.gaia)
         elif isinstance(event, ToolReturned):
             out.tool_errors += event.result.is_error
         elif isinstance(event, EnvObservation):

@@ -15,7 +15,8 @@ never a crashed suite.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -66,11 +67,15 @@ def build(name: str, params: Mapping[str, Any] | None = None, *, where: str) -> 
     if kind is None:
         known = ", ".join(sorted(CRITERIA))
         raise UnknownCriterion(f"{where}: unknown criterion {name!r}; known: {known}")
+    if params is not None and not isinstance(params, Mapping):
+        raise EvalError(f"{where}: criterion {name!r}: params must be a mapping of names to values, "
+                        f"not {type(params).__name__}")
     try:
         value = msgspec.convert(dict(params or {}), kind.params)
-    except msgspec.ValidationError as exc:
+        # A builder settles its parameters once (a regex compiled, a label list checked) and rejects bad ones here.
+        return kind.make(value)
+    except (msgspec.ValidationError, EvalError) as exc:
         raise EvalError(f"{where}: criterion {name!r}: {exc}") from None
-    return kind.make(value)
 
 
 def judge(check: Check, output: AttemptOutput) -> tuple[bool, str]:
@@ -82,41 +87,39 @@ def judge(check: Check, output: AttemptOutput) -> tuple[bool, str]:
     return bool(passed), str(detail)
 
 
-# --- the agent's verdict and effort ---------------------------------------------------------
+# --- helpers the built-in kinds share --------------------------------------------------------
+
+REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+"""The flag letters a pattern parameter takes: ignore case, ^/$ at every line, . matches newlines, verbose."""
+SHOWN_MAX = 80
+"""Characters of an output quoted in a detail."""
 
 
-@criterion("task_verdict", NoParams)
-def task_verdict(_: NoParams) -> Check:
-    """The task's own verifier passed the attempt."""
-    def check(out: AttemptOutput) -> tuple[bool, str]:
-        return out.passed, f"verifier {'passed' if out.passed else 'failed'} ({out.status or 'unfinished'})"
-    return check
+def compile_pattern(pattern: str, flags: str = "", *, param: str = "pattern") -> re.Pattern[str]:
+    """``pattern`` compiled with the ``flags`` letters; a bad regex or flag is an ``EvalError`` naming ``param``."""
+    value = 0
+    for letter in flags:
+        if letter not in REGEX_FLAGS:
+            raise EvalError(f"flags {flags!r}: unknown flag {letter!r} (known: {''.join(REGEX_FLAGS)})")
+        value |= REGEX_FLAGS[letter]
+    try:
+        return re.compile(pattern, value)
+    except re.error as exc:
+        raise EvalError(f"{param} {pattern!r} is not a regular expression: {exc}") from None
 
 
-class Steps(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A step count."""
-
-    steps: int
-
-
-@criterion("steps_at_most", Steps)
-def steps_at_most(p: Steps) -> Check:
-    """The attempt took at most ``steps`` steps."""
-    def check(out: AttemptOutput) -> tuple[bool, str]:
-        return out.steps <= p.steps, f"{out.steps} steps (need <= {p.steps})"
-    return check
+def shown(text: str, limit: int = SHOWN_MAX) -> str:
+    """``text`` quoted for a detail, on one line, cut at ``limit`` characters."""
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= limit else flat[:limit - 3] + "...")
 
 
-class Size(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A size in bytes or lines."""
+def listed(items: Iterable[str], limit: int = 8) -> str:
+    """Items quoted and comma-separated for a detail; past ``limit``, how many more."""
+    items = list(items)
+    head = ", ".join(shown(i, 40) for i in items[:limit])
+    return head + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
-    n: int
 
-
-@criterion("min_bytes", Size, document=True)
-def min_bytes(p: Size) -> Check:
-    """The output text is at least ``n`` bytes of UTF-8."""
-    def check(out: AttemptOutput) -> tuple[bool, str]:
-        size = len(out.text.encode())
-        return size >= p.n, f"{size} bytes (need >= {p.n})"
-    return check
+# The built-in kinds register on import; they import this module's names, defined above.
+from hx.eval import criteria_agent, criteria_documents  # noqa: E402,F401  (registration)
