@@ -76,8 +76,9 @@ def test_comparing_two_evals_keeps_a_clear_gain_and_names_the_flipped_tasks() ->
 
 def _suite() -> Suite:
     return Suite(name="s", tasks=(
-        SuiteTask(name="short", task="twx:coin:dev:0", criteria=(CriterionSpec("steps_at_most", {"steps": 5}),
-                                                                 CriterionSpec("min_bytes", {"n": 3}))),
+        SuiteTask(name="short", task="twx:coin:dev:0",
+                  criteria=(CriterionSpec(name="steps_at_most", params={"steps": 5}),
+                            CriterionSpec(name="min_bytes", params={"n": 3}))),
         SuiteTask(name="same-task", task="twx:coin:dev:0"),
         SuiteTask(name="unplayed", task="twx:coin:dev:9"),
     ))
@@ -89,7 +90,7 @@ def test_judging_checks_each_criterion_of_the_suite_task_an_attempt_played() -> 
     assert [p.task for p in planned] == ["twx:coin:dev:0", "twx:coin:dev:0", "twx:coin:dev:9"]
     # a criterion that raises fails with its error as the detail; the suite goes on
     broken = Planned(planned[0].suite_task, planned[0].task,
-                     (*planned[0].checks, (CriterionSpec("boom"), lambda out: (1 / 0 > 0, ""))))
+                     (*planned[0].checks, (CriterionSpec(name="boom"), lambda out: (1 / 0 > 0, ""))))
     runner = EvalRunner(None, suite, [broken, planned[1], planned[2]])  # type: ignore[arg-type] - judging only
     outs = [AttemptOutput("r", 0, "twx:coin:dev:0", 1, finished=True, passed=True, steps=3, answer="done"),
             AttemptOutput("r", 0, "twx:coin:dev:0", 0, finished=True, passed=False, steps=9),

@@ -16,10 +16,9 @@ from rich.table import Table
 import hx.environments  # noqa: F401 - registers the benchmark adapters (twx, sciworld, gaia)
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._specs import check_spec_option
-from hx.eval.errors import SuiteInvalid
 from hx.eval.runner import EvalOutcome, EvalRunner, PlaySettings, plan
 from hx.eval.score import interval
-from hx.eval.suite import Suite, default_suite, load_generated, load_suite
+from hx.eval.suite import Suite, default_suite, load_generated, load_suite, with_tasks
 from hx.harness.config import HarnessConfig
 from schemas.evaluation import Bounds
 from streams.redaction import mask_url
@@ -34,11 +33,7 @@ def read_suite(path: Path | None, generated: Path | None) -> Suite:
     suite = load_suite(path) if path is not None else default_suite()
     if generated is None:
         return suite
-    extra = load_generated(generated)
-    taken = {t.name for t in suite.tasks} & {t.name for t in extra}
-    if taken:
-        raise SuiteInvalid(f"generated tasks {generated}: task {sorted(taken)[0]!r} is already in suite {suite.name!r}")
-    return msgspec.structs.replace(suite, tasks=suite.tasks + extra)
+    return with_tasks(suite, load_generated(generated), f"generated tasks {generated}")
 
 
 def _b(b: Bounds) -> str:
