@@ -139,7 +139,10 @@ class EvalRunner:
         runner: ProjectionRunner[dict[str, AttemptOutput]] = ProjectionRunner(self.log, AttemptOutputs())
         began = time.perf_counter()
         await runner.load()
-        await runner.catch_up()
+        before = runner.applied
+        await runner.catch_up(checkpoint=False)
+        if runner.applied != before:  # a checkpoint stores the whole state: only worth it when it changed
+            await runner.checkpoint()
         return runner.state, time.perf_counter() - began
 
     async def base(self, against: str) -> EvalScore:
