@@ -120,7 +120,7 @@ def test_against_a_base_eval_prints_both_scores_the_difference_the_verdict_and_t
 
 
 @pytest.mark.parametrize("case", ["unknown criterion", "generated schema", "unknown against", "unknown run",
-                                  "unknown task"])
+                                  "unknown task", "runs without fast"])
 def test_bad_input_is_one_error_line_and_no_eval_event_is_written(tmp_path: Path, nats_url: str, case: str) -> None:
     suite = suite_file(tmp_path)
     ok(hx("--nats-url", nats_url, "--data-dir", str(tmp_path), "run", "--tasks", "1", "--attempts", "1",
@@ -136,8 +136,10 @@ def test_bad_input_is_one_error_line_and_no_eval_event_is_written(tmp_path: Path
         args, said = [str(suite), "--fast", "--against", "eval-nothing"], "--against 'eval-nothing'"
     elif case == "unknown run":
         args, said = [str(suite), "--fast", "--runs", "played,ghost"], "run 'ghost'"
-    else:
+    elif case == "unknown task":
         args, said = [str(suite), "--tasks", "c0,c9"], "no task 'c9'"
+    else:
+        args, said = [str(suite), "--runs", "played"], "--runs names the runs whose attempts --fast judges"
     line = error_line(hx("--nats-url", nats_url, "eval", *args))
     assert said in line, line
     assert eval_events(nats_url) == []

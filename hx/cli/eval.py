@@ -11,15 +11,18 @@ from pathlib import Path
 
 import click
 import msgspec
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import hx.environments  # noqa: F401 - registers the benchmark adapters (twx, sciworld, gaia)
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._specs import check_spec_option
-from hx.eval.runner import EvalOutcome, EvalRunner, PlaySettings, plan
+from hx.eval.errors import EvalError
+from hx.eval.runner import SMOKE_PREFIX, EvalOutcome, EvalRunner, PlaySettings, plan
 from hx.eval.score import interval
 from hx.eval.suite import Suite, default_suite, load_generated, load_suite, with_tasks
 from hx.harness.config import HarnessConfig
+from hx.runtime.loop import AttemptResult
 from schemas.evaluation import Bounds
 from streams.redaction import mask_url
 
@@ -77,6 +80,8 @@ def eval_command(app: App, suite_path: Path | None, fast: bool, runs: tuple[str,
     from hx.eval.runner import new_eval_id
 
     # Everything a bad input could be is checked before the log is opened: nothing gets written.
+    if runs and not fast:
+        raise EvalError("--runs names the runs whose attempts --fast judges; the full mode plays its own")
     suite = read_suite(suite_path, generated)
     planned = plan(suite, _names(only))
     check_spec_option("--model", model)
@@ -95,7 +100,21 @@ def eval_command(app: App, suite_path: Path | None, fast: bool, runs: tuple[str,
                                        f"{'fast' if fast else 'full'} mode on {where}", highlight=False)
             if fast:
                 return await runner.fast(eval_id, run_list, against=against)
-            return await runner.full(eval_id, play, against=against)
+            if score_only or as_json:
+                return await runner.full(eval_id, play, against=against)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("passed {task.fields[passed]}"), TimeElapsedColumn(),
+                          console=stderr_console()) as bar:
+                playable = {p.task for p in planned if not p.task.startswith(SMOKE_PREFIX)}
+                job = bar.add_task("attempts", total=len(playable) * (attempts or suite.attempts), passed=0)
+                passed = 0
+
+                def progress(result: AttemptResult) -> None:
+                    nonlocal passed
+                    passed += result.passed
+                    bar.update(job, advance=1, passed=passed)
+
+                return await runner.full(eval_id, play, against=against, progress=progress)
 
     outcome = run(go())
     if score_only:
