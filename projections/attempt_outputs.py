@@ -50,7 +50,8 @@ class AttemptOutput(msgspec.Struct):
     steps: int = 0
     reason: str = ""
     answer: str = ""
-    """The main model's last non-empty content (what the verifier was given)."""
+    """The main model's last non-empty content, as the model gave it (what the verifier was given, unless an
+    after_model processor rewrote it); calls a processor makes under another role are not the attempt's answer."""
     submitted: str = ""
     """The last ``answer`` a tool call carried (a ``final_answer``-style tool; a number as its text), else empty."""
     answer_cut: bool = False

@@ -16,6 +16,7 @@ from hx.environments.rollout import Rollout, RolloutSettings
 from hx.environments.twx import TextWorldExpressBenchmark
 from hx.eval.criteria import build, judge
 from hx.harnesses import starter_harness
+from hx.processors.llm_judge import LlmJudge
 from hx.runtime.loop import AttemptResult
 from hx.runtime.task import Task
 from projections.attempt_outputs import AttemptOutput, AttemptOutputs, output_key
@@ -24,6 +25,7 @@ from projections.runner import ProjectionRunner
 from projections.testing import ProjectionKit
 from schemas.envelope import Record
 from schemas.lifecycle import AttemptStarted
+from schemas.model import ModelResponse
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -37,12 +39,15 @@ def call(i: int, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": f"c{i}", "name": name, "input": arguments}
 
 
-async def play(nats_url: str, task: Task, completions: list[dict[str, Any]], run_id: str,
-               max_steps: int = 20) -> tuple[AttemptResult, list[Record], dict[str, AttemptOutput]]:
+async def play(nats_url: str, task: Task, completions: list[dict[str, Any]], run_id: str, max_steps: int = 20,
+               harness: HarnessConfig | None = None, judge: list[dict[str, Any]] | None = None,
+               ) -> tuple[AttemptResult, list[Record], dict[str, AttemptOutput]]:
     """One scripted attempt: its result, its records on the log, and the projection rebuilt from the log."""
-    config = ModelConfig(main="script:m", provider_options={"script:m": {"completions": completions}})
+    options = {"script:m": {"completions": completions}, "script:j": {"completions": judge or []}}
+    config = ModelConfig(main="script:m", judge="script:j", provider_options=options)
     async with connect(NatsSettings(url=nats_url)) as conn:
-        result = await config.agentic(HarnessConfig(), log=conn.log).run(task, run_id=run_id, max_steps=max_steps)
+        result = await config.agentic(harness or HarnessConfig(), log=conn.log).run(task, run_id=run_id,
+                                                                                    max_steps=max_steps)
         records = [r async for r in conn.log.read(TRACE.name, subjects=[trace_filter(run_id)])]
         outputs = await ProjectionRunner(conn.log, AttemptOutputs()).rebuild()
     return result, records, outputs
@@ -126,6 +131,17 @@ async def test_a_qa_attempt_submits_its_answer_through_the_final_answer_tool(nat
     assert out.submitted == submitted == "Blue" and out.answer == ""  # the episode ended with the first answer
     assert (out.passed, out.steps, out.tool_errors, out.actions) == (result.passed, 2, 1, 2) and not out.passed
     assert len(outputs) == 2  # both runs' attempts, each under its own key
+
+
+async def test_the_answer_is_the_main_models_not_a_judges_a_processor_called(nats_url: str) -> None:
+    harness = HarnessConfig().attach(LlmJudge.accepted_hooks(), LlmJudge())  # calls the judge role, on the log
+    task = GaiaBenchmark(GAIA).make_task(TaskId.parse("gaia:level1:dev:1"))
+    result, records, outputs = await play(nats_url, task, [{"content": "Gold is Au.\nFINAL ANSWER: Au"}], "judged",
+                                          harness=harness, judge=[{"content": "VERDICT: PASS\nRight element."}])
+    out = outputs[output_key("judged", 0, "gaia:level1:dev:1", 0)]
+    roles = [(e.role, e.content) for e in events_of(records, ModelResponse)]
+    assert roles == [("main", "Gold is Au.\nFINAL ANSWER: Au"), ("judge", "VERDICT: PASS\nRight element.")]
+    assert out.answer == out.text == result.final_answer == "Gold is Au.\nFINAL ANSWER: Au" and out.passed
 
 
 async def test_random_attempts_of_a_rollout_agree_with_the_rounds_results_and_the_log(nats_url: str) -> None:

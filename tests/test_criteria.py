@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hx.eval.criteria import CRITERIA, build, criterion, judge
+from hx.eval.criteria import CRITERIA, NoParams, build, criterion, judge
 from hx.eval.criteria_documents import outline
 from hx.eval.errors import EvalError, UnknownCriterion
 from projections.attempt_outputs import AttemptOutput
@@ -123,6 +123,9 @@ CASES: list[tuple[str, dict[str, Any], AttemptOutput, str, AttemptOutput, str]] 
     ("has_h1", {}, doc("Intro\n  # Title #\n## Part"), "H1 heading 'Title'",
      doc("```\n# comment\n```\n#hashtag\n## Part"), "no H1 heading ('# Title' outside code blocks); "
                                                     "first line '```'"),
+    ("has_h1", {}, doc("```inline``` code, not a fence\n# Title"), "H1 heading 'Title'",
+     doc("````md\n```\n# Inside\n~~~\n````\ntext"), "no H1 heading ('# Title' outside code blocks); "
+                                                     "first line '````md'"),  # only a ```` line closes ````
     ("has_h1", {}, doc("# T"), "H1 heading 'T'", doc(" "), "no H1 heading ('# Title' outside code blocks); "
                                                            "the text is empty"),
     # --- agents
@@ -203,10 +206,19 @@ def test_a_raising_check_is_a_failed_criterion_with_the_error_as_detail() -> Non
         return out.steps / 0 > 1, "never"
     assert judge(broken, attempt()) == (False, "criterion raised ZeroDivisionError: division by zero")
 
+    def wordy(out: AttemptOutput) -> tuple[bool, str]:
+        raise ValueError("x" * 10_000)
+    passed, detail = judge(wordy, attempt())
+    assert not passed and detail == "criterion raised ValueError: " + "x" * 497 + "..."
+
+    def shapeless(out: AttemptOutput) -> tuple[bool, str]:
+        return True  # type: ignore[return-value]  # a check that forgot its detail
+    assert judge(shapeless, attempt()) == (False, "criterion raised TypeError: cannot unpack non-iterable bool "
+                                                  "object")
+
 
 def test_a_builder_raising_at_judge_time_is_caught_for_a_registered_kind_too() -> None:
     name = "test_only_broken"
-    from hx.eval.criteria import NoParams
 
     @criterion(name, NoParams)
     def broken(_: NoParams) -> Any:

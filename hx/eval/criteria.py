@@ -26,6 +26,8 @@ from hx.eval.errors import EvalError, UnknownCriterion
 from projections.attempt_outputs import AttemptOutput
 
 Check = Callable[[AttemptOutput], tuple[bool, str]]
+ERROR_MAX = 500
+"""Characters of a raising check's error kept in its detail."""
 P = TypeVar("P", bound=msgspec.Struct)
 Builder = Callable[[P], Check]
 
@@ -83,7 +85,9 @@ def judge(check: Check, output: AttemptOutput) -> tuple[bool, str]:
     try:
         passed, detail = check(output)
     except Exception as exc:  # noqa: BLE001 - a broken criterion fails, it never crashes the suite
-        return False, f"criterion raised {type(exc).__name__}: {exc}"
+        error = str(exc)
+        cut = error if len(error) <= ERROR_MAX else error[:ERROR_MAX - 3] + "..."
+        return False, f"criterion raised {type(exc).__name__}: {cut}"
     return bool(passed), str(detail)
 
 
@@ -110,8 +114,9 @@ def compile_pattern(pattern: str, flags: str = "", *, param: str = "pattern") ->
 
 def shown(text: str, limit: int = SHOWN_MAX) -> str:
     """``text`` quoted for a detail, on one line, cut at ``limit`` characters."""
-    flat = " ".join(text.split())
-    return repr(flat if len(flat) <= limit else flat[:limit - 3] + "...")
+    head = text[:limit * 4]  # a long output is not flattened whole for a few words of detail
+    flat = " ".join(head.split())
+    return repr(flat if len(flat) <= limit and len(head) == len(text) else flat[:limit - 3] + "...")
 
 
 def listed(items: Iterable[str], limit: int = 8) -> str:
