@@ -93,7 +93,7 @@ async def main(args: argparse.Namespace) -> None:
                 wrote = await write_log(log, tasks, args.attempts)
                 print(f"log: {args.attempts:,} attempts of {len(tasks)} task ids in {wrote:.1f}s")
                 fast_only = [p for p in planned if not p.task.startswith(SMOKE_PREFIX)]
-                runner = EvalRunner(log, suite, fast_only)
+                runner = EvalRunner(conn, suite, fast_only)
                 began = time.perf_counter()
                 first = await runner.fast(new_eval_id())
                 print(line("fast, projection caught up from nothing", first, time.perf_counter() - began))
@@ -103,7 +103,7 @@ async def main(args: argparse.Namespace) -> None:
                 print(line("fast, projection up to date", second, wall))
                 print(f"fast: {wall / (second.suite.attempts / 1000):.3f}s per 1,000 attempts (goal < 1 s)")
             if not args.skip_full:
-                runner = EvalRunner(log, suite, planned)
+                runner = EvalRunner(conn, suite, planned)
                 began = time.perf_counter()
                 full = await runner.full(new_eval_id(), PlaySettings(concurrency=args.concurrency))
                 wall = time.perf_counter() - began

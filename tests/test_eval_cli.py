@@ -20,12 +20,14 @@ from streams.topology import TRACE, trace_filter, trace_subject
 SCORE_LINE = re.compile(r"composite (\d\.\d{3}) \[(\d\.\d{3}), (\d\.\d{3})\]")
 
 
-def suite_file(tmp_path: Path, *, tasks: int = 2, criterion: str = "steps_at_most") -> Path:
-    """A tiny suite of coin tasks, each with a step criterion and the task's own verdict."""
+def suite_file(tmp_path: Path, *, tasks: int = 2, criterion: str = "steps_at_most", smoke: bool = False) -> Path:
+    """A tiny suite of coin tasks, each with a step criterion and the task's own verdict (and the memory smoke)."""
     lines = ["name: tiny", "attempts: 2", "max_steps: 10", "tasks:"]
     for n in range(tasks):
         lines += [f"  - name: c{n}", f"    task: twx:coin:dev:{n}", "    criteria:",
                   f"      - {{name: {criterion}, params: {{steps: 20}}}}", "      - {name: task_verdict}"]
+    if smoke:
+        lines += ["  - name: memory", "    smoke: memory", "    criteria:", "      - {name: task_verdict}"]
     path = tmp_path / "tiny.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -47,23 +49,25 @@ def eval_events(nats_url: str) -> list[Any]:
 
 
 def test_a_full_eval_plays_the_suite_judges_and_records_every_verdict_and_score(tmp_path: Path, nats_url: str) -> None:
-    suite = suite_file(tmp_path)
+    suite = suite_file(tmp_path, smoke=True)
     result = ok(hx("--nats-url", nats_url, "eval", str(suite), "--run-id", "eval-full", "--json", "--seed", "3"))
     data = json.loads(result.stdout)
     assert data["suite"]["run_id"] == "eval-full" and data["suite"]["mode"] == "full"
-    assert [t["suite_task"] for t in data["tasks"]] == ["c0", "c1"]
+    assert [t["suite_task"] for t in data["tasks"]] == ["c0", "c1", "memory"]
+    smoke = data["tasks"][2]  # the memory smoke: one attempt-like output, judged by its criteria
+    assert (smoke["task"], smoke["attempts"], smoke["passes"], smoke["criteria_passed"]) == ("smoke:memory", 1, 1, 1)
     logged = records(nats_url, "eval-full")
     [started] = [r for r in logged if isinstance(r.event, RunStarted)]
     assert started.subject == trace_subject("eval-full") and started.event.kind == "eval"
     assert started.event.config["suite"] == "tiny" and started.event.config["mode"] == "full"
     verdicts = [r for r in logged if isinstance(r.event, CriterionJudged)]
-    assert len(verdicts) == 2 * 2 * 2  # tasks x attempts x criteria
+    assert len(verdicts) == 2 * 2 * 2 + 1  # tasks x attempts x criteria, and the smoke's
     assert {r.subject for r in verdicts} == {trace_subject("eval-full", 0)}
     assert {(v.event.judged_run, v.event.task, v.event.judged_attempt) for v in verdicts} == {
-        ("eval-full", f"twx:coin:dev:{n}", a) for n in range(2) for a in range(2)}
+        ("eval-full", f"twx:coin:dev:{n}", a) for n in range(2) for a in range(2)} | {("eval-full", "smoke:memory", 0)}
     tasks = [r for r in logged if isinstance(r.event, TaskScored)]
-    assert {r.subject for r in tasks} == {trace_subject("eval-full", 0)} and len(tasks) == 2
-    for t in tasks:  # task_verdict agrees with the attempt's verdict, so each composite is 0 or 1
+    assert {r.subject for r in tasks} == {trace_subject("eval-full", 0)} and len(tasks) == 3
+    for t in tasks[:2]:  # task_verdict agrees with the attempt's verdict, so each composite is 0 or 1
         mine = [v.event for v in verdicts if v.event.suite_task == t.event.suite_task]
         assert t.event.criteria_checked == 4 and t.event.criteria_passed == sum(v.passed for v in mine)
         assert t.event.attempts == 2 and len(t.event.composites) == 2

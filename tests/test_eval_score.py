@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hx.eval.criteria import build
-from hx.eval.runner import EvalRunner, Planned, plan, task_id_of
+from hx.eval.runner import Planned, judge_all, plan, task_id_of
 from hx.eval.score import NO_CRITERIA, AttemptScore, TaskOutcomes, Weights, compare, solved, suite_scores, task_scored
 from hx.eval.suite import CriterionSpec, Suite, SuiteTask
 from projections.attempt_outputs import AttemptOutput
@@ -85,17 +85,15 @@ def _suite() -> Suite:
 
 
 def test_judging_checks_each_criterion_of_the_suite_task_an_attempt_played() -> None:
-    suite = _suite()
-    planned = plan(suite)
+    planned = plan(_suite())
     assert [p.task for p in planned] == ["twx:coin:dev:0", "twx:coin:dev:0", "twx:coin:dev:9"]
     # a criterion that raises fails with its error as the detail; the suite goes on
     broken = Planned(planned[0].suite_task, planned[0].task,
                      (*planned[0].checks, (CriterionSpec(name="boom"), lambda out: (1 / 0 > 0, ""))))
-    runner = EvalRunner(None, suite, [broken, planned[1], planned[2]])  # type: ignore[arg-type] - judging only
     outs = [AttemptOutput("r", 0, "twx:coin:dev:0", 1, finished=True, passed=True, steps=3, answer="done"),
             AttemptOutput("r", 0, "twx:coin:dev:0", 0, finished=True, passed=False, steps=9),
             AttemptOutput("r", 0, "twx:other:dev:0", 0, finished=True, passed=True)]
-    verdicts, tasks = runner.judge_all("eval-j", outs)
+    verdicts, tasks = judge_all("eval-j", [broken, planned[1], planned[2]], outs)
     assert [(v.judged_attempt, v.criterion, v.passed) for v in verdicts] == [
         (0, "steps_at_most", False), (0, "min_bytes", False), (0, "boom", False),
         (1, "steps_at_most", True), (1, "min_bytes", True), (1, "boom", False)]

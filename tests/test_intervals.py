@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from hx.errors import IntervalError
-from hx.intervals import (Verdict, keep_rule, paired_difference, pass_rate, task_mean, weighted_paired_difference,
-                          weighted_task_mean)
+from hx.intervals import (
+    Verdict,
+    keep_rule,
+    paired_difference,
+    pass_rate,
+    task_mean,
+    weighted_paired_difference,
+    weighted_task_mean,
+)
 
 
 def test_a_pass_rate_has_its_wilson_interval_and_stays_inside_zero_and_one() -> None:

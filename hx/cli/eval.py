@@ -94,7 +94,7 @@ def eval_command(app: App, suite_path: Path | None, fast: bool, runs: tuple[str,
     async def go() -> EvalOutcome:
         async with app.connect() as conn:
             where = f"embedded nats-server ({app.settings.data_dir})" if conn.server else mask_url(conn.url)
-            runner = EvalRunner(conn.log, suite, planned, seed=seed)
+            runner = EvalRunner(conn, suite, planned, seed=seed)
             if not (score_only or as_json):
                 stderr_console().print(f"eval {eval_id}: suite {suite.name} ({len(planned)} tasks), "
                                        f"{'fast' if fast else 'full'} mode on {where}", highlight=False)

@@ -40,6 +40,7 @@ from projections.eval_scores import EvalScore, EvalScores
 from projections.runner import ProjectionRunner
 from schemas.evaluation import CriterionJudged, EvalMode, SuiteScored, TaskScored
 from schemas.lifecycle import RunFinished, RunStarted
+from streams.connection import Connection
 from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
 from streams.outgoing import Entry
@@ -120,13 +121,40 @@ class EvalOutcome:
 
 
 Progress = Callable[[AttemptResult], None]
+"""Called once per finished attempt of the full mode."""
+
+
+def judge_all(run_id: str, planned: Sequence[Planned], outputs: Sequence[AttemptOutput]) -> tuple[
+        list[CriterionJudged], list[TaskOutcomes]]:
+    """Every verdict of every criterion of the suite task each attempt played, and each suite task's outcomes."""
+    by_task: dict[str, list[AttemptOutput]] = {}
+    for out in sorted(outputs, key=lambda o: (o.run, o.round, o.attempt)):
+        by_task.setdefault(out.task, []).append(out)
+    verdicts: list[CriterionJudged] = []
+    tasks: list[TaskOutcomes] = []
+    for p in planned:
+        scores: list[AttemptScore] = []
+        for out in by_task.get(p.task, ()):
+            passed = 0
+            for spec, check in p.checks:
+                ok, detail = judge(check, out)
+                passed += ok
+                verdicts.append(CriterionJudged(
+                    run_id=run_id, suite_task=p.name, criterion=spec.name, params=spec.params, passed=ok,
+                    detail=detail, judged_run=out.run, judged_round=out.round, task=out.task,
+                    judged_attempt=out.attempt))
+            scores.append(AttemptScore(out.passed, len(p.checks), passed))
+        if scores:
+            tasks.append(TaskOutcomes(p.name, p.task, p.suite_task.weight, tuple(scores)))
+    return verdicts, tasks
 
 
 class EvalRunner:
     """Runs one eval of a suite on the log (``full`` or ``fast``), optionally compared with a base eval."""
 
-    def __init__(self, log: EventLog, suite: Suite, planned: Sequence[Planned], *, seed: int = 0) -> None:
-        self.log = log
+    def __init__(self, conn: Connection, suite: Suite, planned: Sequence[Planned], *, seed: int = 0) -> None:
+        self.conn = conn
+        self.log: EventLog = conn.log
         self.suite = suite
         self.planned = list(planned)
         self.seed = seed
@@ -177,12 +205,12 @@ class EvalRunner:
             began = time.perf_counter()
             for round_, (rollout, (_, ids)) in enumerate(zip(rollouts, groups, strict=True)):
                 await rollout.run_round(run_id, round_, ids, progress=progress)
-            smoke = [await memory_smoke(self.log) for p in self.planned if p.task.startswith(SMOKE_PREFIX)]
+            # the smoke reads the log as it stands before this eval's verdicts: one result per smoke task id
+            smoked = [(await memory_smoke(self.conn)).output(run_id, 0, task, 0)
+                      for task in dict.fromkeys(p.task for p in self.planned if p.task.startswith(SMOKE_PREFIX))]
             played = time.perf_counter() - began
             outputs, catch_up = await self.outputs()
             mine = [o for o in outputs.values() if o.run == run_id]
-            smoked = [_as_smoke(o, run_id, p.task) for o, p in zip(smoke, [p for p in self.planned
-                                                                 if p.task.startswith(SMOKE_PREFIX)], strict=True)]
             outcome = await self._score(run_id, "full", mine + smoked, (run_id,), config, base)
         except BaseException as exc:
             await self._failed(run_id, exc)
@@ -251,34 +279,10 @@ class EvalRunner:
 
     # --- judging, scoring, recording ----------------------------------------------------------
 
-    def judge_all(self, run_id: str, outputs: Sequence[AttemptOutput]) -> tuple[list[CriterionJudged],
-                                                                               list[TaskOutcomes]]:
-        """Every verdict of every criterion of the suite task each attempt played, and each task's outcomes."""
-        by_task: dict[str, list[AttemptOutput]] = {}
-        for out in sorted(outputs, key=lambda o: (o.run, o.round, o.attempt)):
-            by_task.setdefault(out.task, []).append(out)
-        verdicts: list[CriterionJudged] = []
-        tasks: list[TaskOutcomes] = []
-        for p in self.planned:
-            scores: list[AttemptScore] = []
-            for out in by_task.get(p.task, ()):
-                passed = 0
-                for spec, check in p.checks:
-                    ok, detail = judge(check, out)
-                    passed += ok
-                    verdicts.append(CriterionJudged(
-                        run_id=run_id, suite_task=p.name, criterion=spec.name, params=spec.params, passed=ok,
-                        detail=detail, judged_run=out.run, judged_round=out.round, task=out.task,
-                        judged_attempt=out.attempt))
-                scores.append(AttemptScore(out.passed, len(p.checks), passed))
-            if scores:
-                tasks.append(TaskOutcomes(p.name, p.task, p.suite_task.weight, tuple(scores)))
-        return verdicts, tasks
-
     async def _score(self, run_id: str, mode: EvalMode, outputs: Sequence[AttemptOutput], judged: tuple[str, ...],
                      config: Mapping[str, Any], base: EvalScore | None) -> EvalOutcome:
         began = time.perf_counter()
-        verdicts, outcomes = self.judge_all(run_id, outputs)
+        verdicts, outcomes = judge_all(run_id, self.planned, outputs)
         if not outcomes:
             raise EvalError(f"eval {run_id}: no attempt of a task of suite {self.suite.name!r} to judge")
         tasks = [task_scored(run_id, o, self.weights, seed=self.seed) for o in outcomes]
@@ -324,9 +328,3 @@ class EvalRunner:
         with contextlib.suppress(Exception):  # best effort: the log itself may be what failed
             await asyncio.shield(self.log.append(trace_subject(run_id), RunFinished(
                 run_id=run_id, status=status, reason=scrub(f"{type(exc).__name__}: {exc}")), key=f"{run_id}/finished"))
-
-
-def _as_smoke(result: AttemptOutput, run_id: str, task: str) -> AttemptOutput:
-    """The smoke's result as an attempt of the eval's smoke task id."""
-    result.run, result.task = run_id, task
-    return result
