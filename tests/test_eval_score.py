@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hx.eval.criteria import build
+from hx.eval.errors import EvalError
 from hx.eval.runner import Planned, judge_all, plan, task_id_of
 from hx.eval.score import NO_CRITERIA, AttemptScore, TaskOutcomes, Weights, compare, solved, suite_scores, task_scored
 from hx.eval.suite import CriterionSpec, Suite, SuiteTask
@@ -105,11 +105,9 @@ def test_judging_checks_each_criterion_of_the_suite_task_an_attempt_played() -> 
 
 
 def test_an_unknown_suite_task_in_tasks_is_an_error_naming_it() -> None:
-    from hx.eval.errors import EvalError
     with pytest.raises(EvalError, match="suite 's' has no task 'nope'"):
         plan(_suite(), ["short", "nope"])
     assert [p.name for p in plan(_suite(), ["unplayed"])] == ["unplayed"]
-    assert build("steps_at_most", {"steps": 1}, where="x")
 
 
 def _b(x: float) -> Bounds:
