@@ -75,7 +75,7 @@ def test_a_full_eval_plays_the_suite_judges_and_records_every_verdict_and_score(
     assert scored.subject == trace_subject("eval-full") and scored.event.judged_runs == ("eval-full",)
     assert scored.event.composite.low <= scored.event.composite.estimate <= scored.event.composite.high
     assert data["suite"]["composite"]["estimate"] == scored.event.composite.estimate
-    assert [r.event.status for r in logged if isinstance(r.event, RunFinished)] == ["completed"]
+    assert [(r.event.status, r.event.rounds) for r in logged if isinstance(r.event, RunFinished)] == [("completed", 1)]
     # the same eval run id again: refused, nothing more written
     before = len(records(nats_url))
     assert "already on the log" in error_line(hx("--nats-url", nats_url, "eval", str(suite), "--fast",

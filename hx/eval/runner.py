@@ -211,7 +211,7 @@ class EvalRunner:
             played = time.perf_counter() - began
             outputs, catch_up = await self.outputs()
             mine = [o for o in outputs.values() if o.run == run_id]
-            outcome = await self._score(run_id, "full", mine + smoked, (run_id,), config, base)
+            outcome = await self._score(run_id, "full", mine + smoked, (run_id,), config, base, rounds=len(groups))
         except BaseException as exc:
             await self._failed(run_id, exc)
             raise
@@ -240,7 +240,7 @@ class EvalRunner:
         config: dict[str, Any] = {"runs": list(judged)}
         await self._start(run_id, "fast", config)
         try:
-            outcome = await self._score(run_id, "fast", chosen, judged, config, base)
+            outcome = await self._score(run_id, "fast", chosen, judged, config, base, rounds=0)
         except BaseException as exc:
             await self._failed(run_id, exc)
             raise
@@ -280,7 +280,8 @@ class EvalRunner:
     # --- judging, scoring, recording ----------------------------------------------------------
 
     async def _score(self, run_id: str, mode: EvalMode, outputs: Sequence[AttemptOutput], judged: tuple[str, ...],
-                     config: Mapping[str, Any], base: EvalScore | None) -> EvalOutcome:
+                     config: Mapping[str, Any], base: EvalScore | None, *, rounds: int) -> EvalOutcome:
+        """Judge ``outputs``, score them, compare with ``base``; append verdicts, scores and ``RunFinished``."""
         began = time.perf_counter()
         verdicts, outcomes = judge_all(run_id, self.planned, outputs)
         if not outcomes:
@@ -305,7 +306,7 @@ class EvalRunner:
         await self.log.append_batch([Entry(round_subject, t, f"{run_id}/task/{t.suite_task}") for t in tasks])
         run_subject = trace_subject(run_id)
         await self.log.append(run_subject, suite, key=f"{run_id}/suite")
-        await self.log.append(run_subject, RunFinished(run_id=run_id, rounds=1), key=f"{run_id}/finished")
+        await self.log.append(run_subject, RunFinished(run_id=run_id, rounds=rounds), key=f"{run_id}/finished")
         return EvalOutcome(run_id, suite, tuple(tasks), len(verdicts), comparison, base.suite if base else None,
                            {"judge": judged_s, "write": time.perf_counter() - began})
 
