@@ -128,8 +128,8 @@ def eval_command(app: App, suite_path: Path | None, fast: bool, runs: tuple[str,
 def show(outcome: EvalOutcome) -> None:
     """The task table, the suite's scores, the comparison if any, and the timings."""
     table = Table(title=f"eval {outcome.run_id}")
-    for col in ("suite task", "task", "weight", "passed", "criteria", "composite"):
-        table.add_column(col)
+    for col in ("name", "task", "weight", "passed", "criteria", "composite"):
+        table.add_column(col, no_wrap=col != "task", overflow="fold")
     for t in outcome.tasks:
         crit = f"{t.criteria_passed}/{t.criteria_checked}" if t.criteria_checked else "-"
         table.add_row(t.suite_task, t.task, f"{t.weight:g}", f"{t.passes}/{t.attempts}", crit, _b(t.composite))
