@@ -193,6 +193,15 @@ class EvalRunner:
         """Play the suite under ``run_id``, run its smoke tasks, judge, score and record."""
         base = await self.base(against) if against else None
         groups = self._groups()
+        try:
+            return await self._play(run_id, play, groups, base, progress)
+        finally:
+            for benches, _ in groups:
+                for bench in benches:
+                    bench.close()
+
+    async def _play(self, run_id: str, play: PlaySettings, groups: list[tuple[list[Benchmark], list[str]]],
+                    base: EvalScore | None, progress: Progress | None) -> EvalOutcome:
         settings = RolloutSettings(attempts=play.attempts or self.suite.attempts, concurrency=play.concurrency,
                                    max_steps=play.max_steps or self.suite.max_steps, seed=play.seed,
                                    timeout_s=play.timeout_s)
@@ -210,15 +219,11 @@ class EvalRunner:
                       for task in dict.fromkeys(p.task for p in self.planned if p.task.startswith(SMOKE_PREFIX))]
             played = time.perf_counter() - began
             outputs, catch_up = await self.outputs()
-            mine = [o for o in outputs.values() if o.run == run_id]
+            mine = [o for o in outputs.values() if o.run == run_id and o.finished]
             outcome = await self._score(run_id, "full", mine + smoked, (run_id,), config, base, rounds=len(groups))
         except BaseException as exc:
             await self._failed(run_id, exc)
             raise
-        finally:
-            for benches, _ in groups:
-                for bench in benches:
-                    bench.close()
         outcome.timings.update(play=played, catch_up=catch_up)
         return outcome
 
