@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from hx_cli import error_line, hx, ok
 
+from hx.harnesses import starter_harness
 from schemas.evaluation import CriterionJudged, SuiteScored, TaskScored
-from schemas.lifecycle import RunFinished, RunStarted
+from schemas.lifecycle import RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.topology import TRACE, trace_filter, trace_subject
@@ -147,3 +148,20 @@ def test_bad_input_is_one_error_line_and_no_eval_event_is_written(tmp_path: Path
     line = error_line(hx("--nats-url", nats_url, "eval", *args))
     assert said in line, line
     assert eval_events(nats_url) == []
+
+
+def test_a_full_eval_plays_one_round_per_family_each_with_its_starter_harness(tmp_path: Path, nats_url: str) -> None:
+    suite = tmp_path / "mixed.yaml"
+    suite.write_text("name: mixed\nattempts: 1\nmax_steps: 4\ntasks:\n"
+                     "  - name: guide\n    free: {instruction: 'Write a short guide.'}\n"
+                     "    criteria: [{name: min_bytes, params: {n: 1}}]\n"
+                     "  - name: coin\n    task: twx:coin:dev:0\n")
+    data = json.loads(ok(hx("--nats-url", nats_url, "eval", str(suite), "--run-id", "eval-mixed", "--json")).stdout)
+    assert [(t["suite_task"], t["task"], t["attempts"]) for t in data["tasks"]] == [
+        ("guide", "free:guide:dev:0", 1), ("coin", "twx:coin:dev:0", 1)]
+    logged = records(nats_url, "eval-mixed")
+    rounds = {r.event.round: r.event for r in logged if isinstance(r.event, RoundStarted)}
+    assert {n: e.task_ids for n, e in rounds.items()} == {0: ("free:guide:dev:0",), 1: ("twx:coin:dev:0",)}
+    assert rounds[0].harness_digest == starter_harness("qa").digest
+    assert rounds[1].harness_digest == starter_harness("textworld").digest
+    assert [r.event.rounds for r in logged if isinstance(r.event, RunFinished)] == [2]
