@@ -18,13 +18,16 @@ import schemas  # noqa: F401 - importing the package registers every event type
 from schemas.event import event_types
 
 JSON_DIR = Path(__file__).parent / "json"
+DOCUMENT_SCHEMAS = frozenset({"suite.json", "generated-tasks.json"})
+"""Schemas of documents, not events, published in the same folder by ``hx.eval.suite_schema`` (a floor this package
+cannot import): the event schemas' writer leaves them alone."""
 
 
 # Keys whose values are data (a default, an example), not schemas: a "description" inside them stays.
 _DATA_KEYS = frozenset({"default", "const", "enum", "examples"})
 
 
-def _clean_descriptions(node: Any) -> Any:
+def clean_descriptions(node: Any) -> Any:
     """The schema with every description in ``inspect.cleandoc`` form.
 
     Descriptions come from docstrings, and Python 3.13 strips a docstring's indentation when it
@@ -32,16 +35,16 @@ def _clean_descriptions(node: Any) -> Any:
     """
     if isinstance(node, dict):
         return {key: (inspect.cleandoc(value) if key == "description" and isinstance(value, str)
-                      else value if key in _DATA_KEYS else _clean_descriptions(value))
+                      else value if key in _DATA_KEYS else clean_descriptions(value))
                 for key, value in node.items()}
     if isinstance(node, list):
-        return [_clean_descriptions(item) for item in node]
+        return [clean_descriptions(item) for item in node]
     return node
 
 
 def schema_of(name: str, cls: type[Any]) -> dict[str, Any]:
     """The JSON Schema of one event type, with its type name and version as metadata."""
-    schema: dict[str, Any] = _clean_descriptions(msgspec.json.schema(cls))
+    schema: dict[str, Any] = clean_descriptions(msgspec.json.schema(cls))
     schema["$id"] = f"https://hx.dev/schemas/{name}.json"
     schema["title"] = name
     schema["x-hx-type"] = name
@@ -62,7 +65,7 @@ def write_all(directory: Path = JSON_DIR) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     rendered = render_all()
     for stale in directory.glob("*.json"):
-        if stale.name not in rendered:
+        if stale.name not in rendered and stale.name not in DOCUMENT_SCHEMAS:
             stale.unlink()
     paths = []
     for fname, text in rendered.items():

@@ -23,7 +23,7 @@ import re
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import yaml
@@ -40,7 +40,10 @@ FREE_BENCHMARK = "free"
 SUBMIT_TOOL = "final_answer"
 """The tool every free task offers to submit its answer; a suite's own tool cannot take the name."""
 _FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+"""A task's or tool's name: it becomes part of a task id or a tool call."""
+_NAME = re.compile(NAME_PATTERN)
+Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, description="letters, digits, '_', '.' or '-'")]
 
 
 class CriterionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -53,7 +56,7 @@ class CriterionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A tool a free task offers the agent: what the model sees, and the fixed text a call returns."""
 
-    name: str
+    name: Name
     description: str = ""
     input_schema: dict[str, Any] = {}
     """JSON Schema of the tool's input; empty means an object with no required fields."""
@@ -73,7 +76,7 @@ class FreeTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 class SuiteTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One task of a suite: exactly one of ``task``, ``free`` or ``smoke``, its criteria and its weight."""
 
-    name: str
+    name: Name
     description: str = ""
     task: str = ""
     """A benchmark task id, ``benchmark:game:split:seed``."""
@@ -81,7 +84,7 @@ class SuiteTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     smoke: str = ""
     """A smoke check of the log itself (``memory``): no agent runs."""
     criteria: tuple[CriterionSpec, ...] = ()
-    weight: float = 1.0
+    weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     out_of_domain: bool = False
     """True for a game or task in no default ``hx evolve`` set: a check that evolution did not overfit."""
 
@@ -98,11 +101,11 @@ class Suite(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     name: str
     description: str = ""
-    attempts: int = 3
-    max_steps: int = 50
-    success_weight: float = 0.7
+    attempts: Annotated[int, msgspec.Meta(ge=1)] = 3
+    max_steps: Annotated[int, msgspec.Meta(ge=1)] = 50
+    success_weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.7
     """Weight of the verifier's verdict in an attempt's composite."""
-    criteria_weight: float = 0.3
+    criteria_weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.3
     """Weight of the fraction of criteria passed in an attempt's composite."""
     tasks: tuple[SuiteTask, ...]
 
