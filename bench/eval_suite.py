@@ -10,7 +10,7 @@ Run from the repository root::
 It starts its own embedded nats-server in a temporary directory and writes nothing else.
 
 1. Fast mode. It logs ``--attempts`` finished attempts (default 10,000) of the default suite's
-   benchmark task ids, spread over runs of 1,000, each attempt as the runtime writes one
+   benchmark and free task ids, spread over runs of 1,000, each attempt as the runtime writes one
    (``attempt.started``, the main model's response, a tool call carrying an answer, its result,
    an environment observation, ``attempt.finished``: the events ``attempt_outputs`` folds),
    with ``append_batch``. A first ``--fast`` eval catches ``attempt_outputs`` up from nothing:
