@@ -77,6 +77,8 @@ class TaskScored(Event, frozen=True, kw_only=True):
     success: Bounds
     criteria: Bounds
     composite: Bounds
+    composites: tuple[float, ...] = ()
+    """Each attempt's composite, in attempt order: what comparing two evals resamples (``hx eval --against``)."""
 
 
 class SuiteScored(Event, frozen=True, kw_only=True):

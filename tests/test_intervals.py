@@ -137,3 +137,14 @@ def test_a_two_by_two_interaction_is_a_contrast_of_four_arms() -> None:
     assert contrast([a0b0, a1b1], [-1.0, 1.0], seed=0).estimate == difference.estimate
     with pytest.raises(IntervalError, match="one weight per arm"):
         contrast([a0b0], [1.0, -1.0])
+
+
+def test_the_weighted_paired_difference_keeps_a_clear_gain() -> None:
+    base = {f"t{i}": [0.0, 0.0, 1.0] for i in range(10)}
+    better = {f"t{i}": [1.0, 1.0, 1.0] for i in range(10)}
+    weights = {t: 2.0 if t == "t0" else 1.0 for t in base}
+    diff = paired_difference(base, better, weights=weights)
+    assert diff.estimate == pytest.approx(2 / 3) and keep_rule(diff) is Verdict.KEEP
+    assert keep_rule(paired_difference(better, base, weights=weights)) is Verdict.DISCARD
+    one = task_mean({"only": [1.0, 0.0] * 50})
+    assert one.low < 0.5 < one.high and one.high - one.low < 0.3  # one task: the attempts still vary

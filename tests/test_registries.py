@@ -83,9 +83,9 @@ def test_every_declared_benchmark_builds_a_benchmark_of_its_name() -> None:
 
 
 def test_every_declared_projection_is_a_built_in_projection_of_its_name() -> None:
-    assert declared("hx.projections") == sorted(BUILTINS) == ["attempt_outputs", "edit_ledger", "otel", "task_history",
-                                                            "trace_store"]
-    assert sorted(PROJECTIONS) == ["attempt_outputs", "edit_ledger", "task_history", "trace_store"]
+    assert declared("hx.projections") == sorted(BUILTINS) == ["attempt_outputs", "edit_ledger", "eval_scores", "otel",
+                                                            "task_history", "trace_store"]
+    assert sorted(PROJECTIONS) == ["attempt_outputs", "edit_ledger", "eval_scores", "task_history", "trace_store"]
     assert {"otel"} == EXPORTS
     for name in declared("hx.projections"):
         cls = BUILTINS[name]

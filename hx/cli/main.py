@@ -83,6 +83,9 @@ COMMANDS: dict[str, LazyCommand] = {
     "diff": LazyCommand("hx.cli.timetravel", "diff_command",
                         "TASK's harness change between rounds A and B of RUN (builder operations) and where its "
                         "trajectories split."),
+    "eval": LazyCommand("hx.cli.eval", "eval_command",
+                        "Score a harness on the eval suite (full or --fast), print the composite, compare with a "
+                        "base eval."),
     "evolve": LazyCommand("hx.cli.evolve", "evolve_command",
                           "Evolve a harness from its traces (AEGIS), every decision on the edit ledger."),
     "experiment": LazyCommand("hx.cli.experiment", "experiment_group",
