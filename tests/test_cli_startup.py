@@ -19,8 +19,8 @@ import pytest
 from hx_cli import hx, ok
 
 import hx as hx_package
-from hx.cli._lazy import LazyGroup
-from hx.cli.main import COMMANDS
+from hx.cli._lazy import LazyCommand, LazyGroup
+from hx.cli.main import COMMANDS, cli
 from hx.harness import libraries
 from hx.harness.processor import registered
 from streams.processes import free_port
@@ -64,7 +64,26 @@ def commands_in_modules() -> dict[str, click.Command]:
                if p.stem not in ("__init__", "main")]
     found = {id(obj): obj for module in modules for obj in vars(module).values() if isinstance(obj, click.Command)}
     nested = {id(sub) for obj in found.values() if isinstance(obj, click.Group) for sub in obj.commands.values()}
+    nested |= {id(lazy_command(entry)) for obj in found.values() if isinstance(obj, LazyGroup)
+               for entry in obj.lazy.values()}
     return {str(cmd.name): cmd for key, cmd in found.items() if key not in nested}
+
+
+def lazy_command(entry: LazyCommand) -> click.Command:
+    """The command a lazy table's entry names."""
+    command = getattr(importlib.import_module(entry.module), entry.attribute)
+    assert isinstance(command, click.Command)
+    return command
+
+
+def test_a_lazy_subcommand_has_its_own_short_help_in_its_groups_table() -> None:
+    groups = [obj for p in sorted(CLI.glob("*.py")) if p.stem not in ("__init__", "main")
+              for obj in vars(importlib.import_module(f"hx.cli.{p.stem}")).values() if isinstance(obj, LazyGroup)]
+    entries = [(name, entry) for group in groups if group is not cli for name, entry in group.lazy.items()]
+    assert entries  # hx experiment's review
+    for name, entry in entries:
+        command = lazy_command(entry)
+        assert command.name == name and entry.short_help == command.get_short_help_str(limit=10_000), name
 
 
 # --- the table cannot drift -----------------------------------------------------------------------------------------
