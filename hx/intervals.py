@@ -35,6 +35,9 @@ from scipy import stats
 from hx.errors import IntervalError
 
 CONFIDENCE = 0.95
+DIGITS = 12
+"""Decimal places an interval's ends are rounded to: sums of a few thousand outcomes leave errors near 1e-17,
+and an end that is 0 must read 0, not 5e-18 (which would put it "above 0" and flip the keep rule)."""
 RESAMPLES = 2000
 """Bootstrap resamples: the interval's ends move by well under 0.01 between seeds at this count."""
 
@@ -77,6 +80,11 @@ def pass_rate(passes: int, attempts: int, confidence: float = CONFIDENCE) -> Int
         raise IntervalError(f"{passes} passes of {attempts} attempts is no pass rate")
     ci = stats.binomtest(passes, attempts).proportion_ci(confidence_level=confidence, method="wilson")
     return Interval(passes / attempts, float(ci.low), float(ci.high), confidence, "wilson")
+
+
+def _exact(value: float) -> float:
+    """``value`` without the floating-point noise of the sums it came from (``-0.0`` read as 0)."""
+    return round(float(value), DIGITS) + 0.0
 
 
 def _arrays(outcomes: Mapping[str, Sequence[float]], what: str) -> dict[str, np.ndarray]:
@@ -137,7 +145,7 @@ def _bootstrap(tasks: int, statistic: Callable[[np.ndarray], np.ndarray], confid
         values = np.concatenate([statistic(np.zeros((min(batch, RESAMPLES - i), 1), dtype=np.int64))
                                  for i in range(0, RESAMPLES, batch)])
         lo, hi = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
-        return float(lo), float(hi)
+        return _exact(lo), _exact(hi)
 
     def vectorised(idx: np.ndarray, axis: int = -1) -> np.ndarray:
         rows = np.moveaxis(np.asarray(idx, dtype=np.int64), axis, -1)
@@ -145,7 +153,7 @@ def _bootstrap(tasks: int, statistic: Callable[[np.ndarray], np.ndarray], confid
 
     res = stats.bootstrap((np.arange(tasks),), vectorised, n_resamples=RESAMPLES, vectorized=True, batch=batch,
                           confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return _exact(res.confidence_interval.low), _exact(res.confidence_interval.high)
 
 
 def task_mean(outcomes: Mapping[str, Sequence[float]], *, weights: Mapping[str, float] | None = None,
@@ -162,7 +170,7 @@ def task_mean(outcomes: Mapping[str, Sequence[float]], *, weights: Mapping[str, 
         return values
 
     low, high = _bootstrap(len(arrays), statistic, confidence, seed, int(attempts.sizes.sum()))
-    estimate = float((attempts.means * w).sum() / w.sum())
+    estimate = _exact((attempts.means * w).sum() / w.sum())
     return Interval(estimate, low, high, confidence, "bootstrap tasks+attempts")
 
 
@@ -187,7 +195,7 @@ def paired_difference(base: Mapping[str, Sequence[float]], candidate: Mapping[st
 
     per = int(base_attempts.sizes.sum() + cand_attempts.sizes.sum())
     low, high = _bootstrap(len(common), statistic, confidence, seed, per)
-    estimate = float(((cand_attempts.means - base_attempts.means) * w).sum() / w.sum())
+    estimate = _exact(((cand_attempts.means - base_attempts.means) * w).sum() / w.sum())
     return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")
 
 
@@ -229,7 +237,7 @@ def standardised_difference(base: Mapping[str, Sequence[float]], candidate: Mapp
     everything = np.concatenate((b.flat, c.flat))
     estimate = size(np.asarray((c.means - b.means).mean()), np.asarray(everything.sum()),
                     np.asarray((everything ** 2).sum()), np.asarray(float(everything.size)))
-    return Interval(float(estimate), low, high, confidence, "standardised paired bootstrap tasks+attempts")
+    return Interval(_exact(estimate), low, high, confidence, "standardised paired bootstrap tasks+attempts")
 
 
 def contrast(arms: Sequence[Mapping[str, Sequence[float]]], weights: Sequence[float], *,
@@ -251,7 +259,7 @@ def contrast(arms: Sequence[Mapping[str, Sequence[float]]], weights: Sequence[fl
 
     per = int(sum(arm.sizes.sum() for arm in attempts))
     low, high = _bootstrap(len(common), statistic, confidence, seed, per)
-    estimate = float(np.sum([w * arm.means for w, arm in zip(coefficients, attempts, strict=True)], axis=0).mean())
+    estimate = _exact(np.sum([w * arm.means for w, arm in zip(coefficients, attempts, strict=True)], axis=0).mean())
     return Interval(estimate, low, high, confidence, "paired bootstrap tasks+attempts")
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from hx.errors import IntervalError
 from hx.intervals import (
+    Interval,
     Verdict,
     contrast,
     keep_rule,
@@ -148,3 +149,21 @@ def test_the_weighted_paired_difference_keeps_a_clear_gain() -> None:
     assert keep_rule(paired_difference(better, base, weights=weights)) is Verdict.DISCARD
     one = task_mean({"only": [1.0, 0.0] * 50})
     assert one.low < 0.5 < one.high and one.high - one.low < 0.3  # one task: the attempts still vary
+
+
+def test_an_interval_end_that_is_zero_reads_zero_not_rounding_noise() -> None:
+    # Outcomes as an experiment logged them: 10 tasks x 20 replications, the arms equal on 7 tasks. The
+    # bootstrap's lower end is a sum that is 0 in exact arithmetic; unrounded it came out -6.9e-20 here,
+    # and as +5e-18 in a real experiment, where it put the interval "above 0" and the keep rule said KEEP.
+    base = {"t0": "00001000000000000000", "t1": "00100101100100000010", "t2": "00100001001000010001",
+            "t3": "00000000000100000010", "t4": "01000001010010001000", "t5": "00000001000001100010",
+            "t6": "01001110000000000000", "t7": "00100001110001000000", "t8": "00000100010010100000",
+            "t9": "00000100000100000000"}
+    changed = {"t0": "11110100000000000100", "t3": "00000100111010101010", "t6": "00100110110010001011",
+               "t9": "10110100111001010001"}
+    b = {t: [float(c) for c in v] for t, v in base.items()}
+    c = {t: [float(ch) for ch in changed.get(t, v)] for t, v in base.items()}
+    diff = paired_difference(b, c, seed=7)
+    assert diff.low == 0.0 and diff.high > 0.0
+    assert keep_rule(diff) is Verdict.INCONCLUSIVE
+    assert keep_rule(Interval(0.1, 0.0, 0.2, 0.95, "bootstrap")) is Verdict.INCONCLUSIVE
