@@ -271,6 +271,15 @@ def test_an_effect_lost_in_noise_redesigns() -> None:
     assert offline_review(r).decision == "REDESIGN"
 
 
+def test_at_the_replication_cap_the_proposal_adds_fresh_tasks_instead_of_repeating_the_experiment() -> None:
+    s = spec(replications=MAX_REPLICATIONS)
+    o, proposal = optimizer(r := record(s, bounds(0.135, 0.0, 0.275), "falsified"), methodologist(r), auditor(r))
+    assert o.verdict == "REDESIGN" and "twice the tasks" in o.reasons[0]
+    assert proposal.replications == MAX_REPLICATIONS and proposal.seed == s.seed + 1
+    assert proposal.tasks[:len(s.tasks)] == s.tasks and len(set(proposal.tasks)) == 2 * len(s.tasks)
+    assert proposal != s
+
+
 def test_an_effect_against_the_claim_redesigns() -> None:
     r = record(spec(), bounds(-0.5, -0.8, -0.2), "falsified")
     assert [v.verdict for v in offline_review(r).verdicts] == ["SOUND", "VALID", "REDESIGN"]

@@ -223,10 +223,16 @@ def optimizer(record: ExperimentRecord, method: PersonaVerdict, audit: PersonaVe
     if needed is None or needed > MAX_REPLICATIONS:
         why = ("no difference at all between the arms" if needed is None else
                f"resolving it needs more than {MAX_REPLICATIONS} replications")
+        if spec.replications < MAX_REPLICATIONS:
+            proposal = msgspec.structs.replace(strict, replications=MAX_REPLICATIONS)
+            what = f"this one at {MAX_REPLICATIONS} replications, the most worth running"
+        else:  # replications are spent: only more tasks can narrow the interval (and rerunning it would repeat it)
+            proposal = msgspec.structs.replace(strict, tasks=spec.tasks + _fresh(spec.tasks), seed=spec.seed + 1,
+                                               title=f"{spec.title} (twice the tasks)")
+            what = f"twice the tasks, the new ones fresh, at {spec.replications} replications"
         return (_verdict("REDESIGN", f"{noise}; {why}: change the factor more or test another (proposed: "
-                                     f"this one at {MAX_REPLICATIONS} replications, the most worth running)"
-                                     f"{tightened}"),
-                _checked(msgspec.structs.replace(strict, replications=max(MAX_REPLICATIONS, spec.replications))))
+                                     f"{what}){tightened}"),
+                _checked(proposal))
     return (_verdict("REVISE", noise + f"; {needed} replications should resolve it (sized from the spread)"
                                + tightened),
             _checked(msgspec.structs.replace(strict, replications=needed)))
