@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from hx.environments.errors import BenchmarkError
 from hx.environments.gaia_scorer import gaia_match
@@ -90,12 +90,19 @@ def read_questions(path: Path) -> list[Question]:
     return out
 
 
+class Answering(Protocol):
+    """A task that takes its answer through ``final_answer`` (a GAIA question, a suite's free task)."""
+
+    def submit(self, answer: str) -> None:
+        """Record the answer; the episode is over."""
+
+
 class FinalAnswerTool(Tool):
     """Records the agent's answer and ends the episode."""
 
     schema = FINAL_ANSWER
 
-    def __init__(self, task: GaiaTask) -> None:
+    def __init__(self, task: Answering) -> None:
         self._task = task
 
     async def call(self, call: ToolCall) -> ToolResult:

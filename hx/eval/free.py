@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from hx.environments.errors import BenchmarkError
-from hx.environments.gaia import FINAL_ANSWER, SYSTEM_PROMPT, extract_answer
+from hx.environments.gaia import SYSTEM_PROMPT, FinalAnswerTool, extract_answer
 from hx.environments.gaia_scorer import gaia_match
 from hx.environments.registry import Benchmark, TaskId, register_benchmark
 from hx.runtime.task import Task, Tool
@@ -47,23 +47,6 @@ class CannedTool(Tool):
         return ToolResult(call_id=call.id, name=call.name, output=self._returns)
 
 
-class SubmitTool(Tool):
-    """``final_answer``: records the free task's answer and ends the episode."""
-
-    schema = FINAL_ANSWER
-
-    def __init__(self, task: FreeAttempt) -> None:
-        self._task = task
-
-    async def call(self, call: ToolCall) -> ToolResult:
-        """Keep the answer; a missing one is an error the model sees."""
-        answer = call.input.get("answer")
-        if not isinstance(answer, str | int | float) or isinstance(answer, bool):
-            return ToolResult(call_id=call.id, name=call.name, is_error=True, output="final_answer needs 'answer'")
-        self._task.submit(str(answer))
-        return ToolResult(call_id=call.id, name=call.name, output="Answer recorded.")
-
-
 class FreeAttempt(Task):
     """One episode of a free task: its canned tools, ``final_answer``, and the answer check."""
 
@@ -75,7 +58,7 @@ class FreeAttempt(Task):
         canned = [CannedTool(ToolSchema(name=t.name, description=t.description,
                                         input_schema=t.input_schema or {"type": "object", "properties": {}}),
                              t.returns) for t in free.tools]
-        self._tools: tuple[Tool, ...] = (*canned, SubmitTool(self))
+        self._tools: tuple[Tool, ...] = (*canned, FinalAnswerTool(self))
         self._events: list[Event] = []
         self.answer: str | None = None
         """What the agent submitted through ``final_answer``."""
