@@ -81,7 +81,7 @@ def test_a_file_that_does_not_parse_names_the_file(tmp_path: Path) -> None:
     path.write_text("title: [unclosed\n")
     with pytest.raises(SpecRejected, match=r"broken\.yaml: not valid yaml"):
         load_spec(path)
-    with pytest.raises(SpecRejected, match="unknown format"):
+    with pytest.raises(SpecRejected, match="unknown suffix"):
         load_spec(tmp_path / "exp.txt")
 
 

@@ -17,21 +17,19 @@ True
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 
 from hx.environments.errors import BenchmarkError
 from hx.environments.registry import TaskId, benchmarks
 from hx.eval.criteria import Check, build
 from hx.eval.errors import SuiteInvalid
+from schemas.documents import read_document
 from schemas.suite import (
     FREE_BENCHMARK,
     NAME_PATTERN,
@@ -43,33 +41,10 @@ from schemas.suite import (
     SuiteTask,
 )
 
-_FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
 _NAME = re.compile(NAME_PATTERN)
 
 
 # --- reading ---------------------------------------------------------------------------------
-
-
-def _parse(path: Path, what: str) -> Any:
-    """The file's data, by its suffix; unreadable or malformed files name the path."""
-    fmt = _FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise SuiteInvalid(f"{what} {path}: unknown suffix {path.suffix!r}; use .yaml, .yml, .toml or .json")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise SuiteInvalid(f"cannot read {what} {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SuiteInvalid(f"{what} {path}: not UTF-8 text") from None
-    try:
-        if fmt == "yaml":
-            return yaml.safe_load(text)
-        if fmt == "toml":
-            return tomllib.loads(text)
-        return json.loads(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SuiteInvalid(f"{what} {path}: not valid {fmt}: {first}") from None
 
 
 def _convert(data: Any, cls: type[Any], where: str) -> Any:
@@ -169,7 +144,7 @@ def load_suite(path: str | Path) -> Suite:
     """Read and validate a suite file (.yaml/.yml, .toml or .json); any error names the file, task and field."""
     p = Path(path)
     where = f"suite {p}"
-    suite: Suite = _convert(_parse(p, "suite"), Suite, where)
+    suite: Suite = _convert(read_document(p, "suite", SuiteInvalid), Suite, where)
     return validate(suite, where)
 
 
@@ -179,7 +154,7 @@ def load_generated(path: str | Path) -> tuple[SuiteTask, ...]:
     where = f"generated tasks {p}"
     if p.suffix.lower() != ".json":
         raise SuiteInvalid(f"{where}: a generated-tasks file is JSON (.json), got {p.suffix!r}")
-    generated: GeneratedTasks = _convert(_parse(p, "generated tasks"), GeneratedTasks, where)
+    generated: GeneratedTasks = _convert(read_document(p, "generated tasks", SuiteInvalid), GeneratedTasks, where)
     if not generated.tasks:
         raise SuiteInvalid(f"{where}: tasks: the file has no tasks")
     _check_tasks(generated.tasks, where)

@@ -18,16 +18,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 
 from hx.experiment.errors import FalsifyUnparsed, SpecRejected
 from hx.experiment.falsify import Expression, parse
+from schemas.documents import read_document
 from schemas.experiment import ExperimentSpec, Factor, MutableScope
 from schemas.jsonschema import document_schema
 
@@ -250,23 +249,7 @@ def parse_spec(data: Mapping[str, Any], where: str = "spec") -> ExperimentSpec:
 
 def read_spec_file(path: Path) -> Any:
     """The decoded content of a YAML, TOML or JSON spec file."""
-    where = str(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".json", ".toml", ".yaml", ".yml"):
-        raise SpecRejected(f"{where}: unknown format {suffix or '(none)'!r}; use .yaml, .toml or .json")
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecRejected(f"{where}: cannot read ({exc.strerror})") from exc
-    try:
-        if suffix == ".json":
-            return json.loads(text)
-        if suffix == ".toml":
-            return tomllib.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecRejected(f"{where}: not valid {suffix[1:]}: {first}") from exc
+    return read_document(path, "spec", SpecRejected)
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
