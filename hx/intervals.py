@@ -237,7 +237,7 @@ def standardised_difference(base: Mapping[str, Sequence[float]], candidate: Mapp
     everything = np.concatenate((b.flat, c.flat))
     estimate = size(np.asarray((c.means - b.means).mean()), np.asarray(everything.sum()),
                     np.asarray((everything ** 2).sum()), np.asarray(float(everything.size)))
-    return Interval(_exact(estimate), low, high, confidence, "standardised paired bootstrap tasks+attempts")
+    return Interval(_exact(float(estimate)), low, high, confidence, "standardised paired bootstrap tasks+attempts")
 
 
 def contrast(arms: Sequence[Mapping[str, Sequence[float]]], weights: Sequence[float], *,

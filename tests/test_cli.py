@@ -206,9 +206,11 @@ def test_projections_rebuild_then_status_agree(demo_url: str) -> None:
 
     never = ok(hx("--nats-url", demo_url, "projections", "status")).stdout
     blocks = dict(re.findall(r"^(\w+) \(v\d+, (HX_\w+)", never, flags=re.M))
-    assert blocks == {"edit_ledger": "HX_LEDGER", "task_history": "HX_TRACE", "trace_store": "HX_TRACE"}
-    # The demo rebuilt task_history too; it wrote no ledger, so only edit_ledger never ran.
-    assert never.count("never run") == 1 and "never run" in never.split("task_history")[0]
+    assert blocks == {"attempt_outputs": "HX_TRACE", "edit_ledger": "HX_LEDGER", "eval_scores": "HX_TRACE",
+                      "task_history": "HX_TRACE", "trace_store": "HX_TRACE"}
+    # The demo rebuilt task_history too; it wrote no ledger and no eval, and nothing read attempt outputs.
+    assert never.count("never run") == 3
+    assert all("never run" in never.split(name)[1].split("\n\n")[0] for name in ("attempt_outputs", "eval_scores"))
     assert len(DIGEST.findall(never)) == 2
 
 
