@@ -60,11 +60,7 @@ def new_eval_id() -> str:
 
 def task_id_of(task: SuiteTask) -> str:
     """The task id a suite task runs as: its benchmark task, ``free:<name>:dev:0`` or ``smoke:<kind>``."""
-    if task.free is not None:
-        return f"free:{task.name}:dev:0"
-    if task.smoke:
-        return f"{SMOKE_PREFIX}{task.smoke}"
-    return task.task
+    return f"{SMOKE_PREFIX}{task.smoke}" if task.smoke else task.task_id
 
 
 @dataclass(frozen=True)
