@@ -68,9 +68,12 @@ def test_the_suite_check_is_off_by_default_and_recorded_with_its_digest() -> Non
 
 
 def test_an_unknown_gate_suite_is_one_error_line_before_anything_is_written(tmp_path: Path) -> None:
-    """``hx evolve --gate-suite nope.yaml``: one line naming the option and the file, no data written."""
+    """``hx evolve``/``hx coevolve --gate-suite nope.yaml``: one line naming the option and the file, no data written;
+    a suite file that does not load is one line too."""
     line = error_line(hx("--data-dir", str(tmp_path), "evolve", "--gate-suite", "nope.yaml"))
     assert line == "error: --gate-suite: no suite file 'nope.yaml' (a path, or 'default' for hx's suite)"
+    assert list(tmp_path.iterdir()) == []
+    assert error_line(hx("--data-dir", str(tmp_path), "coevolve", "--gate-suite", "nope.yaml")) == line
     assert list(tmp_path.iterdir()) == []
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\ntasks: [{name: a, task: twx:coin:dev:0, criteria: [{name: nope}]}]\n")
