@@ -18,19 +18,11 @@ from hx.aegis.trials import Trials
 from hx.eval.runner import EvalOutcome, EvalRunner, PlaySettings, new_eval_id, plan
 from hx.eval.score import compare, interval
 from hx.eval.suite import suite_digest
-from hx.gate.suite import SuiteFigures
+from hx.gate.suite import SCORE_SEED, SuiteFigures, harness_source
 from hx.harness.config import HarnessConfig
 from schemas.ledger import CandidateProposed
 from schemas.suite import Suite
 from streams.connection import Connection
-
-SCORE_SEED = 0
-"""The bootstrap seed of the evals' scores and of the comparison (the audit's too)."""
-
-
-def harness_source(who: str, harness: HarnessConfig) -> str:
-    """How an eval run records the harness under judgement: who it is (variant or candidate) and its digest."""
-    return f"{who}@{harness.digest}"
 
 
 @dataclass
@@ -61,8 +53,10 @@ class SuiteGate:
         key = (self.trials.stage_round, base.digest)
         before = self.bases.get(key)
         if before is None:
-            before = self.bases[key] = await self.play(base, harness_source(proposal.variant, base))
-        after = await self.play(candidate, harness_source(proposal.candidate, candidate))
+            # an earlier round's base evals are never asked for again: keep only this round's
+            self.bases = {k: v for k, v in self.bases.items() if k[0] == key[0]}
+            before = self.bases[key] = await self.play(base, harness_source(proposal.variant, base.digest))
+        after = await self.play(candidate, harness_source(proposal.candidate, candidate.digest))
         c = compare({t.suite_task: t for t in before.tasks}, {t.suite_task: t for t in after.tasks}, seed=SCORE_SEED)
         return SuiteFigures(before.run_id, after.run_id, str(interval(before.suite.composite)),
                             str(interval(after.suite.composite)), str(interval(c.difference)), c.verdict, c.flipped)

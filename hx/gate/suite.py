@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 
 DISCARD = "discard"
+SCORE_SEED = 0
+"""The bootstrap seed of the suite check's eval scores and comparison (the gate's and the audit's)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,11 @@ class SuiteFigures:
     verdict: str
     """The keep rule's verdict: ``keep``, ``discard`` or ``inconclusive``."""
     flipped: tuple[str, ...] = ()
+
+
+def harness_source(who: str, digest: str) -> str:
+    """How an eval run of the check records the harness it stands for: the variant or candidate, and its digest."""
+    return f"{who}@{digest}"
 
 
 def suite_passes(verdict: str) -> bool:

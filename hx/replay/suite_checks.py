@@ -13,14 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hx.eval.score import compare, interval
-from hx.gate.suite import SuiteFigures, parse_detail, suite_passes
+from hx.gate.suite import SCORE_SEED, SuiteFigures, harness_source, parse_detail, suite_passes
 from projections.eval_scores import EvalScore, EvalScores
 from projections.ledger_records import CandidateRecord
 from projections.runner import ProjectionRunner
 from streams.log import EventLog
-
-SCORE_SEED = 0
-"""The bootstrap seed the gate compares with (``hx.aegis.suite_gate.SCORE_SEED``)."""
 
 
 async def scoreboard(log: EventLog) -> dict[str, EvalScore]:
@@ -43,8 +40,8 @@ def recheck_suite(cand: CandidateRecord, digest: str, scores: Mapping[str, EvalS
     said = parse_detail(check.detail)
     if said is None:
         return f"its suite check's detail does not state the gate's figures: {check.detail!r}"
-    arms = ((said.base_eval, "variant", f"{cand.gate.variant}@{cand.proposal.base_digest}"),
-            (said.candidate_eval, "candidate", f"{cand.id}@{cand.proposal.digest}"))
+    arms = ((said.base_eval, "variant", harness_source(cand.gate.variant, cand.proposal.base_digest)),
+            (said.candidate_eval, "candidate", harness_source(cand.id, cand.proposal.digest)))
     for run, who, source in arms:
         score = scores.get(run)
         if score is None or score.suite is None:
