@@ -13,8 +13,9 @@
 6. ``seesaw`` and 7. ``effect``, on the candidate's fresh attempts (``GateTrials.fresh``), and a
    fork for a split edit: the rule itself is ``hx.gate.rule``, which the audit applies again to
    every recorded verdict. Between the two, when the run asks for it, ``interval``: the paired
-   attempts by the keep rule (``hx.gate.interval``). A fork never takes a cluster where a solved task regressed, so it
-   cannot be a ship that regresses by another name.
+   attempts by the keep rule (``hx.gate.interval``), then ``suite``: the eval suite played by the
+   variant's harness and the candidate's, by the keep rule (``hx.gate.suite``). A fork never takes a
+   cluster where a solved task regressed, so it cannot be a ship that regresses by another name.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import msgspec
 
 from hx.aegis.operations import strings_in
 from hx.gate.interval import IntervalMode
-from hx.gate.rule import Fresh, Verdict, seesaw
+from hx.gate.rule import Fresh, Verdict, effect, paired
+from hx.gate.suite import SuiteFigures, suite_detail, suite_passes
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from schemas.ledger import CandidateProposed
@@ -43,6 +45,14 @@ class GateTrials(Protocol):
     async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str]) -> Fresh:
         """Fresh seeded attempts of the candidate on the variant's solved tasks and its predicted flips."""
 
+
+
+class SuiteCheck(Protocol):
+    """Plays the eval suite with the base's harness and the candidate's (``hx.aegis.suite_gate.SuiteGate``)."""
+
+    async def __call__(self, base: HarnessConfig, candidate: HarnessConfig,
+                       proposal: CandidateProposed) -> SuiteFigures:
+        """The two eval runs' figures and the keep rule's verdict on candidate - base."""
 
 
 class CodeCheck(Protocol):
@@ -81,14 +91,15 @@ class Forbidden:
 
 async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig], base: HarnessConfig,
                 trials: GateTrials, forbidden: Forbidden, *, allow_fork: bool, code_check: CodeCheck | None = None,
-                sources: Sequence[str] = (), interval: IntervalMode = "off") -> Verdict:
+                sources: Sequence[str] = (), interval: IntervalMode = "off",
+                suite: SuiteCheck | None = None) -> Verdict:
     """Run the checks in order; the first that fails decides (a seesaw failure may still fork).
 
     ``build`` makes the candidate's harness (``CompositionError`` when it cannot). A
     candidate with new code is first built and smoke-tested by ``code_check`` in a sandbox
     (the ``config`` and ``smoke`` checks): only then may the main process import its code
     and ``build`` it. ``sources`` are its code's texts, for the leakage scan; ``interval`` the
-    mode of the optional interval check.
+    mode of the optional interval check; ``suite`` plays the optional suite check.
     """
     v = Verdict()
     m = candidate.manifest
@@ -129,7 +140,7 @@ async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig]
                  f"{len(replayed)} replayed: {kept} unchanged, {len(replayed) - kept} diverge (the model's input "
                  "changes: no evidence either way)"):
         return v
-    return await _seesaw(v, candidate, harness, trials, allow_fork, interval)
+    return await _seesaw(v, candidate, base, harness, trials, allow_fork, interval, suite)
 
 
 def _config(v: Verdict, candidate: CandidateProposed, digest: str, base: HarnessConfig, error: str) -> bool:
@@ -142,8 +153,15 @@ def _config(v: Verdict, candidate: CandidateProposed, digest: str, base: Harness
     return v.add("config", True, f"normalised, {digest[:19]}")
 
 
-async def _seesaw(v: Verdict, candidate: CandidateProposed, harness: HarnessConfig, trials: GateTrials,
-                  allow_fork: bool, interval: IntervalMode) -> Verdict:
+async def _seesaw(v: Verdict, candidate: CandidateProposed, base: HarnessConfig, harness: HarnessConfig,
+                  trials: GateTrials, allow_fork: bool, interval: IntervalMode, suite: SuiteCheck | None) -> Verdict:
     fresh = await trials.fresh(harness, candidate.variant, candidate.candidate, candidate.manifest.predicted_flips)
     v.trace_rounds = fresh.trace_rounds
-    return seesaw(v, fresh, allow_fork=allow_fork, interval=interval)
+    if not paired(v, fresh, allow_fork=allow_fork, interval=interval):
+        return v
+    if suite is not None:
+        # only a candidate the paired attempts let through costs two plays of the suite (the base's once a round)
+        figures = await suite(base, harness, candidate)
+        if not v.add("suite", suite_passes(figures.verdict), suite_detail(figures)):
+            return v
+    return effect(v, fresh)

@@ -22,7 +22,7 @@ import msgspec
 from hx.aegis.digester import ProseWriter
 from hx.aegis.errors import LedgerError
 from hx.aegis.evolvers.base import Evolver
-from hx.aegis.gate import CodeCheck, Forbidden
+from hx.aegis.gate import CodeCheck, Forbidden, SuiteCheck
 from hx.aegis.job import EvolveJob, EvolveRequest
 from hx.aegis.ledger import Ledger
 from hx.aegis.loop import Evolution
@@ -32,6 +32,7 @@ from hx.aegis.stages import pipeline
 from hx.aegis.stages.criticise import CriticFn
 from hx.aegis.stages.gating import Approver
 from hx.aegis.stages.rollouts import Resting
+from hx.aegis.suite_gate import SuiteGate
 from hx.aegis.trials import Trials
 from hx.environments.errors import RunExists
 from hx.environments.registry import Benchmark, TaskId
@@ -113,10 +114,11 @@ class Parts:
     stages: tuple[Stage[Any], ...] = ()
     """Stages run after today's pipeline in every round (e.g. ``RoundLog``)."""
 
-    def pipeline(self, resting: Resting | None = None) -> list[Stage[Any]]:
+    def pipeline(self, resting: Resting | None = None, suite_check: SuiteCheck | None = None) -> list[Stage[Any]]:
         """A round's stages: today's pipeline with these parts plugged in, then the added ``stages``."""
         return [*pipeline(critic=self.critic, prose=self.prose, code_check=self.code_check,
-                          code_source=self.code_source, approver=self.approver, resting=resting), *self.stages]
+                          code_source=self.code_source, approver=self.approver, resting=resting,
+                          suite_check=suite_check), *self.stages]
 
 
 async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: EvolveJob, parts: Parts, *,
@@ -153,7 +155,8 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
                 coevolution.on_update = parts.on_update
             await coevolution.start()
         evolution = Evolution(ledger, trials, parts.evolver, job.loop, forbidden,
-                              stages=parts.pipeline(coevolution.resting if coevolution else None),
+                              stages=parts.pipeline(coevolution.resting if coevolution else None,
+                                                    SuiteGate.of(conn, trials, job.loop.gate)),
                               hooks=coevolution, progress=parts.progress)
         await evolution.run()
         await _finish_trace(conn, job.run_id, evolution.state().ledger.finished)

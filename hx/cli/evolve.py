@@ -82,6 +82,9 @@ DEFAULT_MODEL = "random:"
 @click.option("--gate-interval", default="off", show_default=True, metavar="MODE",
               help="The gate's interval check between seesaw and effect (the candidate's paired attempts against its "
                    "variant's, by the keep rule): off, no_discard (reject a DISCARD) or keep (ship only a KEEP).")
+@click.option("--gate-suite", default="", metavar="FILE|default",
+              help="The gate's suite check after interval: the variant's harness and the candidate's play this eval "
+                   "suite (a file, or default for hx's), and a DISCARD by the keep rule on their composites rejects.")
 @click.option("--approve", is_flag=True, help="Ask for approvals at the terminal instead of waiting for hx approve.")
 @click.option("--run-id", callback=run_id_option, help="Run id  [default: evolve-<UTC time>-<random>]")
 @click.option("--resume", "resume_id", callback=run_id_option, metavar="RUN",
@@ -111,7 +114,7 @@ def evolve_request(options: dict[str, Any], *, coevolve: CoevolveSettings | None
         loop=EvolveSettings(rounds=pop("rounds"), patience=pop("patience"), alpha=pop("alpha"),
                             candidates=pop("candidates"), strategy=pop("strategy"), max_variants=pop("max_variants"),
                             heldout_every=pop("heldout_every"), risk_threshold=pop("risk_threshold"),
-                            gate=GateSettings.of(pop("gate_interval"))),
+                            gate=GateSettings.of(pop("gate_interval"), pop("gate_suite"))),
         rollout=RolloutSettings(attempts=pop("attempts"), concurrency=pop("concurrency"), max_steps=pop("max_steps"),
                                 seed=pop("seed")),
         model=pop("model"), meta_model=pop("meta_model"), evolver=pop("evolver"), coevolve=coevolve)

@@ -94,6 +94,8 @@ class PlaySettings:
     model: str = "random:"
     harness: tuple[HarnessConfig, str] | None = None
     """A harness and where it came from; None: each family's starter harness."""
+    families: Mapping[str, tuple[HarnessConfig, str]] = field(default_factory=dict)
+    """A harness (and where it came from) for the tasks of one benchmark family, before ``harness``."""
     attempts: int | None = None
     """Attempts per task; None: the suite's."""
     max_steps: int | None = None
@@ -205,7 +207,9 @@ class EvalRunner:
         rollouts = [self._rollout(benches, play, settings) for benches, _ in groups]
         config = {"model": scrub(play.model), "attempts": settings.attempts, "max_steps": settings.max_steps,
                   "seed": play.seed, "concurrency": play.concurrency,
-                  "harness": play.harness[1] if play.harness else "starter"}
+                  "harness": play.harness[1] if play.harness else "starter",
+                  **({"families": {f: source for f, (_, source) in sorted(play.families.items())}}
+                     if play.families else {})}
         await self._start(run_id, "full", config)
         try:
             began = time.perf_counter()
@@ -275,7 +279,8 @@ class EvalRunner:
         return list(families.values())
 
     def _rollout(self, benches: list[Benchmark], play: PlaySettings, settings: RolloutSettings) -> Rollout:
-        harness, source = play.harness or (starter_harness(benches[0].family), f"starter:{benches[0].family}")
+        family = benches[0].family
+        harness, source = play.families.get(family) or play.harness or (starter_harness(family), f"starter:{family}")
         return Rollout(benches, ModelConfig(main=play.model), harness, log=self.log, settings=settings,
                        harness_source=source)
 

@@ -14,6 +14,8 @@ ledger and the trace recorded, and names any verdict that does not follow from i
    Optionally (a run's ``gate.interval``: ``no_discard`` or ``keep``), then ``interval``: the
    paired attempts of candidate and variant on the same tasks and seeds, by the keep rule
    (``hx.gate.interval``).
+   Optionally (a run's ``gate.suite``), then ``suite``: the variant's harness and the candidate's
+   play the eval suite; a DISCARD by the keep rule on their composites rejects (``hx.gate.suite``).
 7. ``effect``: at least one predicted flip passes.
 
 A candidate that fails only the seesaw yet, in some clusters, gains at least ``FORK_MARGIN``
@@ -43,9 +45,11 @@ FORK_MARGIN = 2
 """A fork must gain at least this many more tasks than it loses in a cluster it takes over."""
 
 
-def checks_of(interval: IntervalMode = "off") -> tuple[str, ...]:
-    """The gate's checks in order for an interval mode: ``interval`` sits between ``seesaw`` and ``effect``."""
-    return CHECKS if interval == "off" else (*CHECKS[:-1], "interval", CHECKS[-1])
+def checks_of(interval: IntervalMode = "off", suite: bool = False) -> tuple[str, ...]:
+    """The gate's checks in order: ``interval`` (unless off), then ``suite`` (when on), between ``seesaw`` and
+    ``effect``."""
+    optional = ("interval",) * (interval != "off") + ("suite",) * suite
+    return (*CHECKS[:-1], *optional, CHECKS[-1])
 
 
 def cluster_of(task_id: str) -> str:
@@ -113,8 +117,19 @@ class Verdict:
         return passed
 
 
-def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode = "off") -> Verdict:
-    """The ``seesaw``, ``interval`` (unless off) and ``effect`` checks (or a fork) from the fresh attempts: pure."""
+def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode = "off",
+           suite: GateCheck | None = None) -> Verdict:
+    """The ``seesaw``, ``interval`` (unless off), ``suite`` (the given, decided check) and ``effect`` checks (or a
+    fork) from the fresh attempts: pure."""
+    if not paired(v, fresh, allow_fork=allow_fork, interval=interval):
+        return v
+    if suite is not None and not v.add(suite.name, suite.passed, suite.detail):
+        return v
+    return effect(v, fresh)
+
+
+def paired(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode = "off") -> bool:
+    """The ``seesaw`` and ``interval`` (unless off) checks, with the flips (or a fork); whether the gate goes on."""
     lost = sorted(t for t, tries in fresh.solved.items() if tries.passes == 0)
     regressed = [t for t in lost if fresh.retries.get(t, Tries(0, 0)).passes == 0]
     won = sorted(t for t, tries in fresh.flips.items() if tries.passes > 0)
@@ -137,18 +152,23 @@ def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode
         clusters = tuple(sorted(c for c in gains if gains[c] - losses[c] >= FORK_MARGIN and c not in hurt))
         if allow_fork and clusters:
             v.outcome, v.clusters = "fork", clusters
-        return v
+        return False
     if interval != "off":
         # The paired seeds only: retries ran on other seeds, which the variant never played.
         figures = interval_figures(outcomes(fresh.base), outcomes({**fresh.solved, **fresh.flips}))
-        if not v.add("interval", interval_passes(interval, figures.verdict), interval_detail(interval, figures)):
-            return v
+        return v.add("interval", interval_passes(interval, figures.verdict), interval_detail(interval, figures))
+    return True
+
+
+def effect(v: Verdict, fresh: Fresh) -> Verdict:
+    """The ``effect`` check, last: at least one predicted flip passes; the candidate ships when it does."""
+    won = sorted(t for t, tries in fresh.flips.items() if tries.passes > 0)
     if v.add("effect", bool(won), f"{len(won)} of {len(fresh.flips)} predicted flip(s) realised"):
         v.outcome = "ship"
     return v
 
 
-def disagreement(judged: GateJudged, *, allow_fork: bool, interval: IntervalMode = "off") -> str:
+def disagreement(judged: GateJudged, *, allow_fork: bool, interval: IntervalMode = "off", suite: bool = False) -> str:
     """Why a recorded verdict does not follow from its own checks by this rule ("" when it does).
 
     The checks must be the rule's, in its order, each before the first failure passed and none
@@ -157,7 +177,7 @@ def disagreement(judged: GateJudged, *, allow_fork: bool, interval: IntervalMode
     only for a seesaw failure with clusters (under the ensemble strategy), else ``reject``;
     and ``passed`` must say whether it shipped or forked.
     """
-    checks = checks_of(interval)
+    checks = checks_of(interval, suite)
     names = [c.name for c in judged.checks]
     if names != list(checks[:len(names)]):
         return f"its checks {', '.join(names) or '(none)'} are not the gate's, in its order ({', '.join(checks)})"
@@ -170,7 +190,7 @@ def disagreement(judged: GateJudged, *, allow_fork: bool, interval: IntervalMode
                 f"{first or '(none)'!r}")
     if not failed and len(names) < len(checks):
         return (f"it stops after {names[-1] if names else 'nothing'} with no check failed: the gate runs all "
-                + ("seven" if len(checks) == 7 else "eight"))
+                + {7: "seven", 8: "eight"}.get(len(checks), "nine"))
     forks = allow_fork and first == "seesaw" and bool(judged.clusters)
     expected: Outcome = "ship" if not failed else "fork" if forks else "reject"
     if judged.outcome != expected:

@@ -67,6 +67,16 @@ def gate_interval(ledger: RunLedger) -> IntervalMode:
     return next((m for m in INTERVAL_MODES if m == mode), "keep")
 
 
+def gate_suite(ledger: RunLedger) -> str:
+    """The digest of the suite the run's gate played for its ``suite`` check ("" when the check was off)."""
+    if ledger.opened is None:
+        return ""
+    gate = nested_job(ledger.opened.settings)["loop"].get("gate") or {}
+    if not isinstance(gate, dict) or not gate.get("suite"):
+        return ""
+    return str(gate.get("suite_digest") or "unknown")
+
+
 def label(entry: LedgerEntry) -> str:
     """How a problem names an event: ``event 17 (ledger.gate_judged)``."""
     return entry.label
@@ -267,13 +277,13 @@ def check_decisions(ledger: RunLedger) -> tuple[int, list[Problem]]:
         return 0, []
     threshold = float(nested_job(ledger.opened.settings)["loop"].get("risk_threshold", DEFAULT_RISK_THRESHOLD))
     allow_fork = ledger.opened.strategy == "ensemble"
-    interval = gate_interval(ledger)
+    interval, suite = gate_interval(ledger), bool(gate_suite(ledger))
     problems: list[Problem] = []
     consistent = 0
     for cand in ledger.candidates.values():
         if cand.gate is None:
             continue
-        why = disagreement(cand.gate, allow_fork=allow_fork, interval=interval)
+        why = disagreement(cand.gate, allow_fork=allow_fork, interval=interval, suite=suite)
         if why:
             problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): the verdict on "
                                                 f"{cand.id} does not follow from its own checks: {why}",

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from hx.gate.rule import Fresh, Tries, Verdict, seesaw
 from hx.replay.anchors import AnchorResolver
-from hx.replay.ledger_checks import Problem, gate_interval
+from hx.replay.ledger_checks import Problem, gate_interval, gate_suite
+from hx.replay.suite_checks import recheck_suite, scoreboard, suite_checked
 from hx.replay.trace_rounds import TraceRound, Verdicts, outcomes, trace_marks
 from projections.ledger import RunLedger
 from projections.ledger_records import CandidateRecord, LedgerEntry
@@ -84,6 +85,15 @@ async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
             out.bad_candidates.add(cand.id)
         else:
             out.recomputed += 1
+    digest = gate_suite(ledger)
+    suited = [c for c in gated if c.id not in out.bad_candidates and suite_checked(c)]
+    scores = await scoreboard(log) if suited else {}
+    for cand in suited:
+        why = recheck_suite(cand, digest, scores)
+        if why:
+            out.problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): {why}",
+                                        cand.gate_position))
+            out.bad_candidates.add(cand.id)
     await _anchors(out, AnchorResolver(log, run_id), ledger)
     out.problems.sort(key=lambda p: p.position)
     return out
@@ -134,9 +144,11 @@ def recheck_seesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int,
     if isinstance(fresh, str):
         return fresh
     fresh.base.update({d.task: Tries(d.attempts, d.passes) for d in mine if d.task in (*solved, *flips)})
-    before = [c for c in gate.checks if c.name not in ("seesaw", "interval", "effect")]
+    before = [c for c in gate.checks if c.name not in ("seesaw", "interval", "suite", "effect")]
+    # the suite check is decided again from its eval runs (``recheck_suite``): here it is taken as recorded
+    suite = next((c for c in gate.checks if c.name == "suite"), None)
     again = seesaw(Verdict(checks=list(before)), fresh, allow_fork=ledger.opened is not None
-                   and ledger.opened.strategy == "ensemble", interval=gate_interval(ledger))
+                   and ledger.opened.strategy == "ensemble", interval=gate_interval(ledger), suite=suite)
     recorded = Verdict.of(gate)
     if again.checks != recorded.checks:
         said = {c.name: c for c in recorded.checks}

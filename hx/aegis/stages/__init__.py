@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hx.aegis.digester import ProseWriter
-from hx.aegis.gate import CodeCheck
+from hx.aegis.gate import CodeCheck, SuiteCheck
 from hx.aegis.stage import CodeSource, Stage
 from hx.aegis.stages.approved import ShipApproved
 from hx.aegis.stages.criticise import CriticFn, Criticise
@@ -26,8 +26,8 @@ from hx.aegis.stages.rollouts import Resting, Rollouts
 
 def pipeline(*, critic: CriticFn | None = None, prose: ProseWriter | None = None, code_check: CodeCheck | None = None,
              code_source: CodeSource | None = None, approver: Approver | None = None,
-             resting: Resting | None = None) -> list[Stage[Any]]:
+             resting: Resting | None = None, suite_check: SuiteCheck | None = None) -> list[Stage[Any]]:
     """Today's round: approved ships, model in force, rollouts, digest, plan, propose, criticise, gate and ship,
     decide."""
     return [ShipApproved(), ModelInForce(), Rollouts(resting), Digest(prose), Plan(), Propose(code_check),
-            Criticise(critic, code_check), GateAndShip(code_check, code_source, approver), Decide()]
+            Criticise(critic, code_check), GateAndShip(code_check, code_source, approver, suite_check), Decide()]

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from hx.aegis.errors import PipelineError
-from hx.aegis.gate import CodeCheck, judge
+from hx.aegis.gate import CodeCheck, SuiteCheck, judge
 from hx.aegis.shipping import fork, ship
 from hx.aegis.stage import CodeSource, Ending, RoundContext
 from hx.aegis.state import RunState
@@ -33,6 +33,8 @@ class GateAndShip:
     code_check: CodeCheck | None = None
     code_source: CodeSource | None = None
     approver: Approver | None = None
+    suite_check: SuiteCheck | None = None
+    """Plays the eval suite for the ``suite`` check of a run that asks for it (None: the check is off)."""
     name: str = "gate"
     after_end: bool = False
 
@@ -90,7 +92,7 @@ class GateAndShip:
         sources = await self.code_source(cand) if (cand.code and self.code_source) else ()
         verdict = await judge(cand, lambda: apply(base, cand.operations), base, run.trials, run.forbidden,
                               allow_fork=run.settings.strategy == "ensemble", code_check=self.code_check,
-                              sources=sources, interval=run.settings.gate.interval)
+                              sources=sources, interval=run.settings.gate.interval, suite=self.suite_check)
         gate = GateJudged(run_id=run.run_id, round=ctx.round, candidate=cand.candidate, variant=cand.variant,
                           passed=verdict.passed, checks=tuple(verdict.checks), first_failure=verdict.first_failure,
                           flips=tuple(verdict.flips), outcome=verdict.outcome, clusters=verdict.clusters,
