@@ -53,7 +53,8 @@ EVOLVE_OPTIONS: dict[str, Any] = {
 # decide), the policy gate, the learner's start, resting barren tasks, and the policy the learner trains.
 COEVOLVE_OPTIONS: dict[str, Any] = {
     "mode": "both", "budget": 0, "policy_gate": False, "learn_after_stall": False, "rest_barren": 0,
-    "kind": "scorer", "learner_seed": 0, "window": 4,
+    "kind": "scorer", "learner_seed": 0, "window": 4, "lr": 3e-4, "epochs": 1, "clip_eps_high": None,
+    "step_weight": 1.0,
 }
 COEVOLVE_MODES = ("harness", "model", "both")
 PROCEDURES = ("evolve", "coevolve")
@@ -125,8 +126,11 @@ def _coevolve_settings(o: Mapping[str, Any], where: str) -> Any:
 
     try:
         seed = int(o["learner_seed"])
+        high = o["clip_eps_high"]
+        algorithm = GRPOConfig(seed=seed, learning_rate=float(o["lr"]), epochs=int(o["epochs"]),
+                               clip_eps_high=None if high is None else float(high))
         learner = LearnerSettings(kind=str(o["kind"]), init_seed=seed, window=int(o["window"]),
-                                  algorithm=GRPOConfig(seed=seed))
+                                  step_weight=float(o["step_weight"]), algorithm=algorithm)
         return CoevolveSettings(mode=o["mode"], budget=int(o["budget"]), learner=learner,
                                 policy_gate=bool(o["policy_gate"]), learn_after_stall=bool(o["learn_after_stall"]),
                                 rest_barren=int(o["rest_barren"]))
