@@ -12,15 +12,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import toyworld  # noqa: F401 - registers the toy benchmark with the in-process command
 import yaml
 from hx_cli import error_line, hx, ok
 from learner_kit import learn_records, model_turns
 
+from hx.experiment.analysis import conclude
+from hx.experiment.design import design_cells, units
 from hx.experiment.falsify import parse
 from hx.experiment.procedure import procedure_run_id
 from hx.experiment.spec import load_spec
+from projections.attempt_outputs import AttemptOutput
 from schemas.learn import PolicyInitialised, PolicyUpdated
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -41,6 +45,22 @@ def test_every_bench_spec_loads_validates_and_its_falsified_if_parses(path: Path
     [factor] = spec.factors
     assert factor.scope.kind == "procedure" and factor.levels[0] in factor.scope.levels
     assert factor.scope.levels[factor.levels[0]] is None  # the reference arm runs no procedure
+
+
+def test_the_coevolution_falsified_if_compares_two_procedure_levels_and_is_decided() -> None:
+    spec = load_spec(SPECS[0].parent / "coevolution.yaml")
+    spec = msgspec.structs.replace(spec, tasks=spec.tasks[:6])
+    rate = {"untrained": 1, "harness": 2, "model": 3, "both": 4}  # tasks passed (of 6) in each arm
+    outputs = {u: AttemptOutput(run="r", round=u.cell.index, task=u.task, attempt=u.replication, finished=True,
+                                passed=spec.tasks.index(u.task) < rate[u.cell.name], steps=10)
+               for u in units(spec)}
+    concluded = conclude(spec, design_cells(spec), outputs, run_id="r", spec_digest="d")
+    effects = {(e.level, e.reference): e.difference for e in concluded.effects if e.variable == "passed"}
+    # each level against the reference, and the pair the falsified_if names (both against harness)
+    assert set(effects) == {("harness", "untrained"), ("model", "untrained"), ("both", "untrained"),
+                            ("both", "harness")}
+    assert effects[("both", "harness")].estimate == pytest.approx(2 / 6)
+    assert concluded.falsified == "not_falsified", concluded.detail
 
 
 def co_spec(levels: dict[str, Any], **controlled: Any) -> dict[str, Any]:
