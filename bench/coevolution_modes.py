@@ -1,4 +1,4 @@
-"""Harness-only, model-only and co-evolution as three kept ``hx coevolve`` runs (the runs coevolution_rescore.py rescores).
+"""Harness-only, model-only and co-evolution as three kept ``hx coevolve`` runs (coevolution_rescore.py's input).
 
 Runs ``hx coevolve`` three times on one embedded log, one mode at a time:
 
@@ -20,8 +20,8 @@ harness-only), plus each run's rollouts and wall time.
     python bench/coevolution_modes.py --seeds 0 1 2 3 4 --jobs 3   # mean over seeds
     python bench/coevolution_modes.py --tasks 10 --heldout-tasks 20 --rounds 3   # quicker
     python bench/coevolution_modes.py --seeds 0 1 --heldout-split train          # a validation split, not test
-    python bench/coevolution_modes.py --learn-after-stall    # co-evolution's learner waits for the harness search to stall
-    python bench/coevolution_modes.py --rest-barren 0        # every task plays every round (the runs before 2026-11-26)
+    python bench/coevolution_modes.py --learn-after-stall  # the co-evolution learner waits for a stalled harness search
+    python bench/coevolution_modes.py --rest-barren 0      # every task plays every round (the runs before 2026-11-26)
     python bench/coevolution_modes.py --seeds 0 1 --data-dir runs/ --reuse   # go on with a bench that was cut off
 
 Held-out pass@2 is measured on 50 tasks per game by default (``hx evolve``'s held-out size):

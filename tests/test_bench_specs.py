@@ -118,4 +118,5 @@ def test_a_controlled_rollout_budget_is_every_coevolve_levels_budget(nats_url: s
     assert "mode 'sideways' is not one of harness, model, both" in error_line(
         run(nats_url, tmp_path, co_spec(levels), "--run-id", "exp-m"))
     levels = {"untrained": None, "trained": {"mode": "model", "temperature": 1}}
-    assert "unknown coevolve option(s) temperature" in error_line(run(nats_url, tmp_path, co_spec(levels), "--run-id", "exp-u"))
+    said = error_line(run(nats_url, tmp_path, co_spec(levels), "--run-id", "exp-u"))
+    assert "unknown coevolve option(s) temperature" in said
