@@ -26,8 +26,9 @@ verdict (keep: the interval is above 0), and the verdict on the spec's ``falsifi
 (``diff_high(passed, "evolved", "starter") <= 0``: falsified when the data exclude any gain).
 The figures are per attempt, not pass@2: a task passed in one of its two attempts counts half.
 
-A ``--quick`` run of the main suite took 68 s on 2 shared cores (load 3.6; measured 2026-11-28); the full
-spec plays 400 units after a 6-round evolution on 60 dev tasks, tens of minutes.
+A ``--quick`` run of the main suite took 68 s on 2 shared cores (load 3.6; measured 2026-11-28: 80 units
+after a 3-round evolution). The full spec (400 units after a 6-round evolution on 60 dev tasks a game) was
+not timed for this docstring; expect several times that.
 """
 
 from __future__ import annotations
