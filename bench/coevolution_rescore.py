@@ -1,6 +1,6 @@
-"""Play the final (harness, policy) pairs of kept ``bench/coevolution.py`` runs on more held-out tasks.
+"""Play the final (harness, policy) pairs of kept ``bench/coevolution_modes.py`` runs on more held-out tasks.
 
-``bench/coevolution.py`` judges each mode on 50 held-out tasks per game: a pass@2 figure then
+``bench/coevolution_modes.py`` judges each mode on 50 held-out tasks per game: a pass@2 figure then
 has a standard error of about 7 points, and one seed's difference of two figures about 10,
 twice the +5 the co-evolution bar asks. This script measures the same runs more closely,
 with no new evolution or training: for each seed kept under ``DATA_DIR/seed-N`` (the logs and
@@ -23,7 +23,7 @@ figures from the file instead of playing them, for a seed whose kept harness-onl
 exactly the file's budget, the check that it is the same run; any other is refused. A game the
 file has no figures for is played.
 
-    python bench/coevolution.py --seeds 0 1 2 --data-dir runs/         # keep the logs
+    python bench/coevolution_modes.py --seeds 0 1 2 --data-dir runs/         # keep the logs
     python bench/coevolution_rescore.py runs/ --seeds 0 1 2 --tasks 200 --games twx:coin twx:mapreader
     python bench/coevolution_rescore.py runs/ --seeds 3 --known bench/coevolution_known_test.json
 """
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coevolution import Comparison, hx, print_means, print_table, rollouts, routed_variant, same_harness
+from coevolution_modes import Comparison, hx, print_means, print_table, rollouts, routed_variant, same_harness
 
 from hx.harness.config import HarnessConfig
 
@@ -142,7 +142,7 @@ def rescore(data: Path, seed: int, args: argparse.Namespace) -> tuple[Comparison
 def main() -> None:
     """Rescore every seed's kept runs and print the comparisons."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data_dir", type=Path, help="the --data-dir bench/coevolution.py kept its logs in")
+    parser.add_argument("data_dir", type=Path, help="the --data-dir bench/coevolution_modes.py kept its logs in")
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--games", nargs="+", default=["twx:coin", "twx:mapreader", "twx:cookingworld"])
     parser.add_argument("--tasks", type=int, default=200, help="held-out tasks per game")

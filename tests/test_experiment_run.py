@@ -255,7 +255,7 @@ def test_each_scope_changes_only_its_target() -> None:
 
 
 @pytest.mark.parametrize(("levels", "said"), [
-    ({"base": None, "co": {"budget": 4}}, "the coevolve procedure is not runnable"),
+    ({"base": None, "co": {"budget": 4, "mode": "sideways"}}, "mode 'sideways' is not one of harness, model, both"),
     ({"base": None, "evolved": {"rounds": 1, "budget": 4}}, "unknown evolve option(s) budget"),
 ])
 def test_a_procedure_the_runner_cannot_make_is_refused_before_anything_is_written(

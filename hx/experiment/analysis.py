@@ -5,7 +5,8 @@ give the same conclusion (a resumed run and an uninterrupted one agree to the di
 
 - a level's (cell's) mean: Wilson for the 0/1 variables (``passed``, ``env_success``), else the
   two-stage bootstrap over tasks then replications;
-- an effect: the level minus the factor's first (reference) level, paired over tasks, tasks and
+- an effect: the level minus the factor's first (reference) level (and any other pair of a factor's levels
+  the falsified_if compares, the first named minus the second), paired over tasks, tasks and
   replications resampled, with the keep rule's verdict on it, and the standardised effect size;
 - in a 2 x 2 factorial, the interaction contrast (b1 - b0 at a1) - (b1 - b0 at a0);
 - the falsification verdict: ``falsified`` when falsified_if holds, ``not_falsified`` when it
@@ -114,6 +115,17 @@ def _plain(arm: str) -> str:
     return arm.split("=", 1)[1] if "=" in arm else arm
 
 
+def _comparisons(spec: ExperimentSpec, factor: str, levels: Sequence[str]) -> list[tuple[str, str]]:
+    """Each level against the factor's reference, then any other pair of its levels the falsified_if compares."""
+    pairs = [(level, levels[0]) for level in levels[1:]]
+    for named in sorted(parse(spec.falsified_if).pairs):
+        plain = tuple(name.removeprefix(f"{factor}=") for name in named)
+        if all(name in levels for name in plain) and levels[0] not in plain and \
+                plain not in pairs and plain[::-1] not in pairs:
+            pairs.append((plain[0], plain[1]))
+    return pairs
+
+
 def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit, AttemptOutput], *, run_id: str,
              spec_digest: str) -> ExperimentConcluded:
     """Summarise the finished units of an experiment as its ``ExperimentConcluded``."""
@@ -129,8 +141,7 @@ def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit,
     for factor in spec.factors:
         def arm(level: str, factor_name: str = factor.name) -> str:
             return level if len(spec.factors) == 1 else f"{factor_name}={level}"
-        reference = factor.levels[0]
-        for level in factor.levels[1:]:
+        for level, reference in _comparisons(spec, factor.name, factor.levels):
             for variable in spec.response_variables:
                 base, cand = arms.get(arm(reference), {}).get(variable), arms.get(arm(level), {}).get(variable)
                 if not base or not cand:

@@ -1,4 +1,4 @@
-"""A procedure level's product: an ``hx evolve`` run with the level's options as its budget, made before play.
+"""A procedure level's product: an ``hx evolve`` or ``hx coevolve`` run with the level's options, made before play.
 
 Every procedure level with options runs its own evolution (hx.aegis's service, the one
 ``hx evolve`` drives) under the run id ``<experiment run>-<factor>-<level>``, with the
@@ -6,6 +6,13 @@ experiment's controlled model, step cap and seed, so the arms differ in the budg
 The product is the harness the evolution ends with (its root variant's current version); a
 level ``{"artifact_of": L}`` plays level L's product. A resumed experiment reads a finished
 evolution's product from its ledger, resumes an unfinished one, and starts a missing one.
+
+A ``coevolve`` level is an ``hx coevolve`` run (its ``mode``, rounds and rollout ``budget``):
+its task agent is the trainable policy, fresh (``policy:<kind>``, seeded by ``learner_seed``)
+at the start, and its product is the harness it ends with *and* the policy its learner ended
+with (read from HX_LEARN: the last one the rollouts used), played as ``policy:<version>``
+from the log's object store. A controlled ``rollout_budget`` is every coevolve level's budget,
+so the arms spend the same rollouts.
 """
 
 from __future__ import annotations
@@ -26,8 +33,13 @@ from hx.harness.config import HarnessConfig
 from hx.runtime.models import ModelConfig
 from projections.ledger import RunLedger
 from projections.ledger_reader import read_run_ledger
+from schemas.errors import HxError
 from schemas.experiment import ExperimentSpec
+from schemas.identities import PolicyVersion, fresh_policy_spec, policy_spec
+from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated
 from streams.connection import Connection
+from streams.log import EventLog
+from streams.topology import LEARN, subject_token
 
 # The level options an evolve procedure takes (its budget), and their defaults: small, and a validation
 # split (train) as the held-out set, so the procedure never looks at the test tasks.
@@ -37,18 +49,62 @@ EVOLVE_OPTIONS: dict[str, Any] = {
 }
 
 
+# What a coevolve level adds to them (``hx coevolve``'s options): the mode, the rollout budget (0: the rounds
+# decide), the policy gate, the learner's start, resting barren tasks, and the policy the learner trains.
+COEVOLVE_OPTIONS: dict[str, Any] = {
+    "mode": "both", "budget": 0, "policy_gate": False, "learn_after_stall": False, "rest_barren": 0,
+    "kind": "scorer", "learner_seed": 0, "window": 4, "lr": 3e-4, "epochs": 1, "clip_eps_high": None,
+    "step_weight": 1.0,
+}
+COEVOLVE_MODES = ("harness", "model", "both")
+PROCEDURES = ("evolve", "coevolve")
+
+
 def procedure_run_id(run_id: str, factor: str, level: str) -> str:
     """The run id of a level's procedure run."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{run_id}-{factor}-{level}")[:120]
 
 
+def _coevolve_options(options: Mapping[str, Any], budget: int | None, where: str) -> dict[str, Any]:
+    """A coevolve level's options with its defaults; the controlled budget (if any) is every level's."""
+    if budget is not None and "budget" in options:
+        raise ExperimentError(f"{where}: sets budget, but controlled_variables.rollout_budget is every coevolve "
+                              "level's budget (the arms spend the same rollouts)")
+    o = {**EVOLVE_OPTIONS, **COEVOLVE_OPTIONS, **options}
+    if budget is not None:
+        o["budget"] = budget
+    if o["mode"] not in COEVOLVE_MODES:
+        raise ExperimentError(f"{where}: mode {o['mode']!r} is not one of {', '.join(COEVOLVE_MODES)}")
+    if o["learn_after_stall"] and o["mode"] != "both":
+        raise ExperimentError(f"{where}: learn_after_stall applies to mode both, not mode {o['mode']}")
+    if o["mode"] == "model":  # as hx coevolve --mode model: a frozen harness, and patience must not end the run
+        o["evolver"], o["patience"] = "frozen", o["rounds"]
+    return o
+
+
+def controlled_budget(spec: ExperimentSpec) -> int | None:
+    """``controlled_variables.rollout_budget``: every coevolve level's rollout budget (None: each level's own)."""
+    value = spec.controlled_variables.get("rollout_budget")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ExperimentError(f"controlled_variables.rollout_budget: a number of attempts (0 or more), not {value!r}")
+    return value
+
+
 def _request(options: Mapping[str, Any], benches: Sequence[str], model: str, max_steps: int, seed: int,
-             concurrency: int, where: str) -> EvolveRequest:
-    unknown = sorted(set(options) - set(EVOLVE_OPTIONS) - {"benches"})
+             concurrency: int, where: str, procedure: str = "evolve", budget: int | None = None) -> EvolveRequest:
+    known = {**EVOLVE_OPTIONS, **(COEVOLVE_OPTIONS if procedure == "coevolve" else {})}
+    unknown = sorted(set(options) - set(known) - {"benches"})
     if unknown:
-        raise ExperimentError(f"{where}: unknown evolve option(s) {', '.join(unknown)} "
-                              f"(known: benches, {', '.join(EVOLVE_OPTIONS)})")
+        raise ExperimentError(f"{where}: unknown {procedure} option(s) {', '.join(unknown)} "
+                              f"(known: benches, {', '.join(known)})")
     o = {**EVOLVE_OPTIONS, **options}
+    coevolve = None
+    if procedure == "coevolve":
+        o = _coevolve_options(options, budget, where)
+        model = fresh_policy_spec(str(o["kind"]))
+        coevolve = _coevolve_settings(o, where)
     try:
         return EvolveRequest(
             tasks=TaskChoice(benches=tuple(o.get("benches") or benches), adaptation=int(o["tasks"]),
@@ -57,9 +113,42 @@ def _request(options: Mapping[str, Any], benches: Sequence[str], model: str, max
                                 candidates=int(o["candidates"]), strategy=o["strategy"]),
             rollout=RolloutSettings(attempts=int(o["attempts"]), concurrency=concurrency, max_steps=max_steps,
                                     seed=seed),
-            model=model, evolver=str(o["evolver"]))
+            model=model, evolver=str(o["evolver"]), coevolve=coevolve)
     except (TypeError, ValueError) as exc:
         raise ExperimentError(f"{where}: {exc}") from exc
+
+
+def _coevolve_settings(o: Mapping[str, Any], where: str) -> Any:
+    """The ``CoevolveSettings`` of a coevolve level (imported here: the learner brings JAX)."""
+    from hx.aegis.coevolution import CoevolveSettings
+    from hx.learner.grpo import GRPOConfig
+    from hx.learner.trainer import LearnerSettings
+
+    try:
+        seed = int(o["learner_seed"])
+        high = o["clip_eps_high"]
+        algorithm = GRPOConfig(seed=seed, learning_rate=float(o["lr"]), epochs=int(o["epochs"]),
+                               clip_eps_high=None if high is None else float(high))
+        learner = LearnerSettings(kind=str(o["kind"]), init_seed=seed, window=int(o["window"]),
+                                  step_weight=float(o["step_weight"]), algorithm=algorithm)
+        return CoevolveSettings(mode=o["mode"], budget=int(o["budget"]), learner=learner,
+                                policy_gate=bool(o["policy_gate"]), learn_after_stall=bool(o["learn_after_stall"]),
+                                rest_barren=int(o["rest_barren"]))
+    except (TypeError, ValueError, HxError) as exc:
+        raise ExperimentError(f"{where}: {exc}") from exc
+
+
+async def final_policy(log: EventLog, run_id: str) -> PolicyVersion | None:
+    """The policy a co-evolution's rollouts used last: its learner's first one, then each new one adopted."""
+    version: PolicyVersion | None = None
+    subject = f"{LEARN.subjects[0].rstrip('>')}{subject_token(run_id)}.*"
+    async for record in log.read(LEARN.name, subjects=[subject]):
+        event = record.event
+        if (isinstance(event, PolicyInitialised) and version is None) or isinstance(event, PolicyUpdated):
+            version = event.version
+        elif isinstance(event, PolicyGated):  # gated: the candidate only when adopted, else its parent plays on
+            version = event.candidate if event.adopted else event.parent
+    return version
 
 
 def _product(ledger: RunLedger) -> HarnessConfig:
@@ -73,17 +162,18 @@ def check_procedures(spec: ExperimentSpec) -> None:
         scope = factor.scope
         if scope.kind != "procedure":
             continue
-        if scope.target != "evolve":
+        if scope.target not in PROCEDURES:
             raise ExperimentError(f"factor {factor.name!r}: the {scope.target} procedure is not runnable by "
-                                  "hx experiment run yet; use evolve")
+                                  f"hx experiment run; use {' or '.join(PROCEDURES)}")
+        budget = controlled_budget(spec)
         for level in factor.levels:
             options = scope.levels[level]
             if options is None or artifact_of(options) is not None:
                 continue
             where = f"factor {factor.name!r} level {level!r}"
             if not isinstance(options, Mapping):
-                raise ExperimentError(f"{where}: an evolve level's value is its options (a mapping) or null")
-            _request(options, ("-",), "random:", 1, spec.seed, 1, where)
+                raise ExperimentError(f"{where}: a {scope.target} level's value is its options (a mapping) or null")
+            _request(options, ("-",), "random:", 1, spec.seed, 1, where, scope.target, budget)
 
 
 async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping[str, Benchmark], *, run_id: str,
@@ -96,17 +186,18 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
         scope = factor.scope
         if scope.kind != "procedure":
             continue
-        if scope.target != "evolve":
+        if scope.target not in PROCEDURES:
             raise ExperimentError(f"factor {factor.name!r}: the {scope.target} procedure is not runnable by "
-                                  "hx experiment run yet; use evolve")
+                                  f"hx experiment run; use {' or '.join(PROCEDURES)}")
         for level in factor.levels:
             options = scope.levels[level]
             if options is None or artifact_of(options) is not None:
                 continue
             where = f"factor {factor.name!r} level {level!r}"
             if not isinstance(options, Mapping):
-                raise ExperimentError(f"{where}: an evolve level's value is its options (a mapping) or null")
-            request = _request(options, games, model, max_steps, spec.seed, concurrency, where)
+                raise ExperimentError(f"{where}: a {scope.target} level's value is its options (a mapping) or null")
+            request = _request(options, games, model, max_steps, spec.seed, concurrency, where, scope.target,
+                               controlled_budget(spec))
             evolution_id = procedure_run_id(run_id, factor.name, level)
             ledger = await read_run_ledger(conn.log, evolution_id)
             if ledger is None or ledger.finished is None:
@@ -122,7 +213,13 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
                 ledger = await read_run_ledger(conn.log, evolution_id)
             if ledger is None:
                 raise ExperimentError(f"{where}: evolution {evolution_id} left no ledger")
-            products[(factor.name, level)] = (_product(ledger), ModelConfig(main=model))
+            models = ModelConfig(main=model)
+            if scope.target == "coevolve":
+                version = await final_policy(conn.log, evolution_id)
+                if version is None:
+                    raise ExperimentError(f"{where}: co-evolution {evolution_id} left no learner record")
+                models = ModelConfig(main=policy_spec(version))
+            products[(factor.name, level)] = (_product(ledger), models)
         for level in factor.levels:
             source = artifact_of(scope.levels[level])
             if source is not None:
