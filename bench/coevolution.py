@@ -5,7 +5,7 @@ Run from the repository root::
 
     python bench/coevolution.py                  # bench/specs/coevolution.yaml
     python bench/coevolution.py --seeds 0 1 2    # the spec once per seed, and the effects per seed
-    python bench/coevolution.py --quick          # 5 test tasks a game, a 60-attempt budget: a smoke run
+    python bench/coevolution.py --quick          # dev tasks 5-9 a game, a 60-attempt budget: a smoke run
 
 The committed spec is run by ``python -m hx --data-dir TMP experiment run SPEC --json`` (a
 fresh data directory and embedded nats-server per run). Its factor ``procedure`` has four
@@ -42,7 +42,7 @@ import os
 import platform
 from typing import Any
 
-from spec_runner import Concluded, first_tasks, load, print_across, print_conclusion, run_spec
+from spec_runner import Concluded, load, print_across, print_conclusion, run_spec, validation_tasks
 
 
 def derive(spec: dict[str, Any], *, seed: int, quick: bool) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def derive(spec: dict[str, Any], *, seed: int, quick: bool) -> dict[str, Any]:
     out = copy.deepcopy(spec)
     out["seed"] = seed
     if quick:
-        out["tasks"] = first_tasks(out, 5)
+        out["tasks"] = validation_tasks(out, 5, skip=5)  # dev tasks the co-evolutions do not adapt on
         out["controlled_variables"].update(rollout_budget=60, max_steps=30)
         for options in out["factors"][0]["scope"]["levels"].values():
             if options is not None:
@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="the spec's seed (default: its own)")
     parser.add_argument("--concurrency", type=int, default=2, help="units (and co-evolution rollouts) at once")
-    parser.add_argument("--quick", action="store_true", help="5 test tasks a game, 60-attempt budget, 30 steps")
+    parser.add_argument("--quick", action="store_true", help="dev tasks 5-9 a game (no test task), 60-attempt budget, 30 steps")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
     committed = load("coevolution")

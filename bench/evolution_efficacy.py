@@ -6,7 +6,7 @@ Run from the repository root::
     python bench/evolution_efficacy.py                 # the main suite: bench/specs/evolution_efficacy.yaml
     python bench/evolution_efficacy.py --suite all     # also bench/specs/evolution_efficacy_others.yaml
     python bench/evolution_efficacy.py --seeds 0 1 2   # the spec once per seed, and the effect per seed
-    python bench/evolution_efficacy.py --quick         # 10 test tasks a game, 3 rounds on 10 dev tasks: a smoke run
+    python bench/evolution_efficacy.py --quick         # 10 dev tasks a game (10-19), 3 rounds on dev 0-9: a smoke run
 
 Each suite is its committed spec run by ``python -m hx --data-dir TMP experiment run SPEC
 --json`` (a fresh data directory and embedded nats-server per run). The spec's factor
@@ -16,7 +16,7 @@ ensemble strategy, 6 rounds on 30 dev tasks a game, 2 attempts; its own held-out
 the train split, so no stage reads a test task), whose final harness is played. Both arms
 then play the first 50 test tasks of each game twice (replications 2), in one seeded random
 order, with the same agent seeds. ``--seeds`` sets the spec's seed (run order, agents,
-evolution); ``--quick`` derives a smaller spec in code (the first 10 test tasks of each game;
+evolution); ``--quick`` derives a smaller spec in code (dev tasks 10-19 of each game, never the test range;
 the evolution 3 rounds on 10 dev tasks).
 
 Prints per level the mean of ``passed`` (the pass rate per attempt, Wilson 95% interval) and
@@ -39,7 +39,7 @@ import os
 import platform
 from typing import Any
 
-from spec_runner import Concluded, first_tasks, load, print_across, print_conclusion, run_spec
+from spec_runner import Concluded, load, print_across, print_conclusion, run_spec, validation_tasks
 
 SUITES = {"main": "evolution_efficacy", "others": "evolution_efficacy_others"}
 
@@ -49,9 +49,9 @@ def derive(spec: dict[str, Any], *, seed: int, quick: bool) -> dict[str, Any]:
     out = copy.deepcopy(spec)
     out["seed"] = seed
     if quick:
-        out["tasks"] = first_tasks(out, 10)
         evolved = out["factors"][0]["scope"]["levels"]["evolved"]
         evolved.update(rounds=3, tasks=10, heldout_tasks=5)
+        out["tasks"] = validation_tasks(out, 10, skip=10)  # dev tasks the evolution does not adapt on
         out["title"] += " (quick)"
     return out
 
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="main")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="the spec's seed (default: its own)")
     parser.add_argument("--concurrency", type=int, default=2, help="units (and evolution rollouts) at once")
-    parser.add_argument("--quick", action="store_true", help="10 test tasks a game, 3 rounds on 10 dev tasks")
+    parser.add_argument("--quick", action="store_true", help="dev tasks 10-19 a game, 3 rounds on dev tasks 0-9 (no test task)")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
     suites = list(SUITES) if args.suite == "all" else [args.suite]

@@ -52,6 +52,19 @@ def first_tasks(spec: dict[str, Any], per_game: int) -> list[str]:
     return out
 
 
+def validation_tasks(spec: dict[str, Any], per_game: int, skip: int) -> list[str]:
+    """A smoke run's tasks: ``per_game`` dev-split tasks of each of the spec's games, after the first ``skip``.
+
+    A ``--quick`` run must not spend the test range the committed spec is to be judged on once; and
+    the first ``skip`` dev tasks are the ones its procedures adapt on, so they are not played either.
+    """
+    out = []
+    for task in first_tasks(spec, per_game):
+        bench, game, _, seed = task.split(":")
+        out.append(f"{bench}:{game}:dev:{skip + int(seed)}")
+    return out
+
+
 def run_spec(spec: dict[str, Any], *, concurrency: int, keep: Path | None = None) -> Concluded:
     """Run ``spec`` in a fresh data directory (or ``keep``); its conclusion. A failure exits with hx's error."""
     with tempfile.TemporaryDirectory(prefix="hx-bench-spec-") as tmp:

@@ -23,7 +23,7 @@ from hx.experiment.analysis import conclude
 from hx.experiment.design import design_cells, units
 from hx.experiment.falsify import parse
 from hx.experiment.procedure import procedure_run_id
-from hx.experiment.spec import load_spec
+from hx.experiment.spec import load_spec, parse_spec
 from projections.attempt_outputs import AttemptOutput
 from schemas.learn import PolicyInitialised, PolicyUpdated
 from streams.config import NatsSettings
@@ -120,3 +120,25 @@ def test_a_controlled_rollout_budget_is_every_coevolve_levels_budget(nats_url: s
     levels = {"untrained": None, "trained": {"mode": "model", "temperature": 1}}
     said = error_line(run(nats_url, tmp_path, co_spec(levels), "--run-id", "exp-u"))
     assert "unknown coevolve option(s) temperature" in said
+
+
+@pytest.mark.parametrize("bench", ["evolution_efficacy", "coevolution"])
+def test_a_quick_run_never_plays_the_test_range_its_committed_spec_is_judged_on(bench: str) -> None:
+    import importlib.util
+    import sys
+
+    folder = SPECS[0].parent.parent
+    sys.path.insert(0, str(folder))
+    try:
+        loaded = importlib.util.spec_from_file_location(f"bench_{bench}", folder / f"{bench}.py")
+        assert loaded is not None and loaded.loader is not None
+        module = importlib.util.module_from_spec(loaded)
+        loaded.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    committed = yaml.safe_load((folder / "specs" / f"{bench}.yaml").read_text())
+    quick = module.derive(committed, seed=0, quick=True)
+    assert quick["tasks"] and all(task.split(":")[2] == "dev" for task in quick["tasks"])
+    adapted = max(o.get("tasks", 0) for o in quick["factors"][0]["scope"]["levels"].values() if o)
+    assert min(int(task.split(":")[3]) for task in quick["tasks"]) >= adapted  # not the procedures' own dev tasks
+    parse_spec(quick, where=f"{bench} --quick")  # a spec hx experiment run accepts
