@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="the spec's seed (default: its own)")
     parser.add_argument("--concurrency", type=int, default=2, help="units (and co-evolution rollouts) at once")
-    parser.add_argument("--quick", action="store_true", 
+    parser.add_argument("--quick", action="store_true",
                         help="dev tasks 5-9 a game (no test task), 60-attempt budget, 30 steps")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")

@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="main")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="the spec's seed (default: its own)")
     parser.add_argument("--concurrency", type=int, default=2, help="units (and evolution rollouts) at once")
-    parser.add_argument("--quick", action="store_true", 
+    parser.add_argument("--quick", action="store_true",
                         help="dev tasks 10-19 a game, 3 rounds on dev tasks 0-9 (no test task)")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
