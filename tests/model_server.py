@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 Mode = Literal["play", "refuse"]
 
@@ -100,3 +100,27 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+class Replayer(Protocol):
+    """What ``replaying`` serves: the next recorded answer for a request, and where it is served."""
+
+    url: str
+
+    def next(self, request: Any) -> dict[str, Any]:
+        """The recorded answer (status, headers, body) to ``request``."""
+
+
+@contextmanager
+def replaying(recorded: Replayer) -> Iterator[str]:
+    """Serve ``recorded``'s answers to POSTed requests on loopback (``recorded.url`` set) until the block ends."""
+
+    class Handler(RecordedReplies):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            answer = recorded.next(json.loads(raw or b"null"))
+            self.reply(answer["status"], json.dumps(answer["body"]).encode(), answer["headers"])
+
+    with serving(Handler) as url:
+        recorded.url = url
+        yield url

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from evolve_worker import job
-from model_server import RecordedReplies, serving
+from model_server import replaying
 from toyworld import ToyWorld
 
 import hx.harness.processor as processor_module
@@ -86,15 +86,7 @@ class RecordedModel:
 @pytest.fixture
 def model() -> Iterator[RecordedModel]:
     recorded = RecordedModel()
-
-    class Handler(RecordedReplies):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            answer = recorded.next(json.loads(raw or b"null"))
-            self.reply(answer["status"], json.dumps(answer["body"]).encode(), answer["headers"])
-
-    with serving(Handler) as url:
-        recorded.url = url
+    with replaying(recorded):
         yield recorded
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from model_server import RecordedReplies, serving
+from model_server import replaying
 from panel_log import write_experiment
 
 from hx.experiment.llm_panel import LlmPanel, judge_reply, system_prompt
@@ -58,15 +58,7 @@ class PanelModel:
 @pytest.fixture
 def model() -> Iterator[PanelModel]:
     recorded = PanelModel()
-
-    class Handler(RecordedReplies):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            answer = recorded.next(json.loads(raw or b"null"))
-            self.reply(answer["status"], json.dumps(answer["body"]).encode(), answer["headers"])
-
-    with serving(Handler) as url:
-        recorded.url = url
+    with replaying(recorded):
         yield recorded
 
 

@@ -18,7 +18,7 @@ so the arms spend the same rollouts.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hx.aegis.evolvers import make_evolver
@@ -34,7 +34,7 @@ from hx.runtime.models import ModelConfig
 from projections.ledger import RunLedger
 from projections.ledger_reader import read_run_ledger
 from schemas.errors import HxError
-from schemas.experiment import ExperimentSpec
+from schemas.experiment import ExperimentSpec, Factor
 from schemas.identities import PolicyVersion, fresh_policy_spec, policy_spec
 from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated
 from streams.connection import Connection
@@ -156,8 +156,11 @@ def _product(ledger: RunLedger) -> HarnessConfig:
     return HarnessConfig.from_spec(version.harness, where=f"the harness run {ledger.run_id!r} ended with")
 
 
-def check_procedures(spec: ExperimentSpec) -> None:
-    """Raise ExperimentError for a procedure level this runner cannot make, before anything is written."""
+def _procedure_levels(spec: ExperimentSpec) -> Iterator[tuple[Factor, str, Mapping[str, Any], str]]:
+    """Each procedure level that runs a procedure: its factor, name, options and where it is (for errors).
+
+    Raises ExperimentError for a procedure this runner cannot make and for options that are not a mapping.
+    """
     for factor in spec.factors:
         scope = factor.scope
         if scope.kind != "procedure":
@@ -165,7 +168,6 @@ def check_procedures(spec: ExperimentSpec) -> None:
         if scope.target not in PROCEDURES:
             raise ExperimentError(f"factor {factor.name!r}: the {scope.target} procedure is not runnable by "
                                   f"hx experiment run; use {' or '.join(PROCEDURES)}")
-        budget = controlled_budget(spec)
         for level in factor.levels:
             options = scope.levels[level]
             if options is None or artifact_of(options) is not None:
@@ -173,7 +175,14 @@ def check_procedures(spec: ExperimentSpec) -> None:
             where = f"factor {factor.name!r} level {level!r}"
             if not isinstance(options, Mapping):
                 raise ExperimentError(f"{where}: a {scope.target} level's value is its options (a mapping) or null")
-            _request(options, ("-",), "random:", 1, spec.seed, 1, where, scope.target, budget)
+            yield factor, level, options, where
+
+
+def check_procedures(spec: ExperimentSpec) -> None:
+    """Raise ExperimentError for a procedure level this runner cannot make, before anything is written."""
+    budget = controlled_budget(spec)
+    for factor, _, options, where in _procedure_levels(spec):
+        _request(options, ("-",), "random:", 1, spec.seed, 1, where, factor.scope.target, budget)
 
 
 async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping[str, Benchmark], *, run_id: str,
@@ -182,46 +191,34 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
     """Every procedure level's product, made (or read back from the log) in the spec's level order."""
     products: dict[tuple[str, str], tuple[HarnessConfig, ModelConfig]] = {}
     games = sorted({":".join(task.split(":")[:2]) for task in spec.tasks})
-    for factor in spec.factors:
-        scope = factor.scope
-        if scope.kind != "procedure":
-            continue
-        if scope.target not in PROCEDURES:
-            raise ExperimentError(f"factor {factor.name!r}: the {scope.target} procedure is not runnable by "
-                                  f"hx experiment run; use {' or '.join(PROCEDURES)}")
-        for level in factor.levels:
-            options = scope.levels[level]
-            if options is None or artifact_of(options) is not None:
-                continue
-            where = f"factor {factor.name!r} level {level!r}"
-            if not isinstance(options, Mapping):
-                raise ExperimentError(f"{where}: a {scope.target} level's value is its options (a mapping) or null")
-            request = _request(options, games, model, max_steps, spec.seed, concurrency, where, scope.target,
-                               controlled_budget(spec))
-            evolution_id = procedure_run_id(run_id, factor.name, level)
+    for factor, level, options, where in _procedure_levels(spec):
+        target = factor.scope.target
+        request = _request(options, games, model, max_steps, spec.seed, concurrency, where, target,
+                           controlled_budget(spec))
+        evolution_id = procedure_run_id(run_id, factor.name, level)
+        ledger = await read_run_ledger(conn.log, evolution_id)
+        if ledger is None or ledger.finished is None:  # made once; a resume goes on from the log
+            job = (recorded_job(ledger.opened.settings) if ledger is not None and ledger.opened is not None
+                   else new_job(evolution_id, list(benches.values()), request, harness=base,
+                                harness_source="experiment controlled harness"))
+            evolver = make_evolver(job.evolver, meta=None, store=None)
+            try:
+                await run_evolution(conn, list(benches.values()), job, Parts(evolver), resume=ledger is not None)
+            finally:
+                await evolver.aclose()
             ledger = await read_run_ledger(conn.log, evolution_id)
-            if ledger is None or ledger.finished is None:
-                job = (recorded_job(ledger.opened.settings) if ledger is not None and ledger.opened is not None
-                       else new_job(evolution_id, list(benches.values()), request, harness=base,
-                                    harness_source="experiment controlled harness"))
-                evolver = make_evolver(job.evolver, meta=None, store=None)
-                try:
-                    await run_evolution(conn, list(benches.values()), job, Parts(evolver),
-                                        resume=ledger is not None)
-                finally:
-                    await evolver.aclose()
-                ledger = await read_run_ledger(conn.log, evolution_id)
-            if ledger is None:
-                raise ExperimentError(f"{where}: evolution {evolution_id} left no ledger")
-            models = ModelConfig(main=model)
-            if scope.target == "coevolve":
-                version = await final_policy(conn.log, evolution_id)
-                if version is None:
-                    raise ExperimentError(f"{where}: co-evolution {evolution_id} left no learner record")
-                models = ModelConfig(main=policy_spec(version))
-            products[(factor.name, level)] = (_product(ledger), models)
+        if ledger is None:
+            raise ExperimentError(f"{where}: evolution {evolution_id} left no ledger")
+        models = ModelConfig(main=model)
+        if target == "coevolve":
+            version = await final_policy(conn.log, evolution_id)
+            if version is None:
+                raise ExperimentError(f"{where}: co-evolution {evolution_id} left no learner record")
+            models = ModelConfig(main=policy_spec(version))
+        products[(factor.name, level)] = (_product(ledger), models)
+    for factor in spec.factors:
         for level in factor.levels:
-            source = artifact_of(scope.levels[level])
+            source = artifact_of(factor.scope.levels[level]) if factor.scope.kind == "procedure" else None
             if source is not None:
                 products[(factor.name, level)] = products[(factor.name, source)]
     return products
