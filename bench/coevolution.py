@@ -42,7 +42,7 @@ import os
 import platform
 from typing import Any
 
-from spec_runner import Concluded, load, print_across, print_conclusion, run_spec, validation_tasks
+from spec_runner import load, run_seeds, validation_tasks
 
 
 def derive(spec: dict[str, Any], *, seed: int, quick: bool) -> dict[str, Any]:
@@ -68,15 +68,8 @@ def main() -> None:
                         help="dev tasks 5-9 a game (no test task), 60-attempt budget, 30 steps")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
-    committed = load("coevolution")
-    runs: list[Concluded] = []
-    for seed in args.seeds or [committed.get("seed", 42)]:
-        spec = derive(committed, seed=seed, quick=args.quick)
-        run = run_spec(spec, concurrency=args.concurrency)
-        print_conclusion(run, f"{spec['title']}, seed {seed}")
-        runs.append(run)
-    if len(runs) > 1:
-        print_across(runs)
+    run_seeds(load("coevolution"), args.seeds, args.concurrency,
+              lambda spec, seed: derive(spec, seed=seed, quick=args.quick))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,3 +119,18 @@ def print_across(runs: Iterable[Concluded]) -> None:
     for name, values in rows.items():
         shown = ", ".join(f"{v:+.3f} ({d})" for v, d in zip(values, verdicts[name], strict=True))
         print(f"{name:<24} mean {sum(values) / len(values):+.3f}: {shown}")
+
+
+def run_seeds(committed: dict[str, Any], seeds: Sequence[int] | None, concurrency: int,
+              derive: Callable[[dict[str, Any], int], dict[str, Any]]) -> list[Concluded]:
+    """Run the committed spec once per seed (its own seed when none are given) as ``derive`` adapts it, print each
+    conclusion, and the spread across seeds when there are several."""
+    runs: list[Concluded] = []
+    for seed in seeds or [committed.get("seed", 42)]:
+        spec = derive(committed, seed)
+        run = run_spec(spec, concurrency=concurrency)
+        print_conclusion(run, f"{spec['title']}, seed {seed}")
+        runs.append(run)
+    if len(runs) > 1:
+        print_across(runs)
+    return runs

@@ -16,7 +16,7 @@ from test_aegis_gate import BASE, K, candidate, gate, main_round, manifest, name
 
 from hx.aegis.job import EvolveJob
 from hx.aegis.settings import EvolveSettings, GateSettings
-from hx.gate.interval import IntervalMode, interval_figures
+from hx.gate.interval import interval_figures
 from hx.gate.rule import CHECKS, Fresh, Tries, Verdict, checks_of, disagreement, outcomes, seesaw
 from hx.harness.edits import apply
 from hx.intervals import Verdict as Keep
@@ -121,11 +121,11 @@ def test_an_unknown_interval_mode_is_one_error_line(tmp_path: object) -> None:
 # --- a gate run, and the audit deciding it again ---------------------------------------------------------
 
 
-def ledger_of(run_id: str, mode: IntervalMode, digested: RoundDigested, cand: CandidateProposed,
+def ledger_of(run_id: str, gate: GateSettings, digested: RoundDigested, cand: CandidateProposed,
               verdict: GateJudged) -> RunLedger:
-    """The run's ledger as the loop records it (the fold the audit reads), its job asking for ``mode``."""
+    """The run's ledger as the loop records it (the fold the audit reads), its job with these gate settings."""
     job = EvolveJob(run_id=run_id, benches=("toyworld",), adaptation=(), heldout=(),
-                    loop=EvolveSettings(strategy="global", gate=GateSettings(interval=mode)))
+                    loop=EvolveSettings(strategy="global", gate=gate))
     events: Sequence[LedgerEvent] = (
         LedgerOpened(run_id=run_id, strategy="global", harness=BASE.spec(), digest=BASE.digest,
                      settings=msgspec.to_builtins(job)), digested, cand, verdict)
@@ -170,7 +170,7 @@ async def test_a_gate_run_rejects_at_interval_what_the_seesaw_ships_and_the_audi
     recorded = GateJudged(run_id=run_id, round=0, candidate=cand.candidate, variant="v0", passed=False,
                           checks=tuple(verdict.checks), first_failure="interval", flips=tuple(verdict.flips),
                           outcome="reject", trace_rounds=verdict.trace_rounds)
-    honest = ledger_of(run_id, "keep", digested, cand, recorded)
+    honest = ledger_of(run_id, GateSettings(interval="keep"), digested, cand, recorded)
     assert decisions(check_decisions(honest)[1]) == []
     found = await check_trace(conn.log, honest)
     assert decisions(found.problems) == [] and found.recomputed == 1
@@ -179,12 +179,12 @@ async def test_a_gate_run_rejects_at_interval_what_the_seesaw_ships_and_the_audi
     forged_checks = (*verdict.checks[:-1], msgspec.structs.replace(verdict.checks[-1], passed=True),
                      shipped.checks[-1])
     forged = msgspec.structs.replace(recorded, passed=True, checks=forged_checks, first_failure="", outcome="ship")
-    ledger = ledger_of(run_id, "keep", digested, cand, forged)
+    ledger = ledger_of(run_id, GateSettings(interval="keep"), digested, cand, forged)
     assert decisions(check_decisions(ledger)[1]) == []
     [why] = decisions((await check_trace(conn.log, ledger)).problems)
     assert why == (f"event 4 (ledger.gate_judged): its interval check is passed ({verdict.checks[-1].detail}); from "
                    f"the trace rounds it cites ({', '.join(map(str, verdict.trace_rounds))}) the gate's rule gives "
                    f"failed ({verdict.checks[-1].detail})")
     # The honest verdict under a job that never asked for the check does not follow from the rule either.
-    [stray] = decisions(check_decisions(ledger_of(run_id, "off", digested, cand, recorded))[1])
+    [stray] = decisions(check_decisions(ledger_of(run_id, GateSettings(interval="off"), digested, cand, recorded))[1])
     assert "are not the gate's, in its order" in stray

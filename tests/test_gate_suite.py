@@ -8,26 +8,25 @@ the variant's harness is the base. The audit then decides the check again from t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 import pytest
 from hx_cli import error_line, hx
 from test_aegis_gate import BASE, candidate, gate, main_round, manifest, names, toy_tasks, trials_on
+from test_gate_interval import decisions, ledger_of
 
-from hx.aegis.job import EvolveJob
 from hx.aegis.settings import EvolveSettings, GateSettings
 from hx.aegis.suite_gate import SuiteGate
 from hx.eval.suite import load_suite, suite_digest
 from hx.gate.rule import CHECKS, Fresh, Tries, Verdict, checks_of, disagreement, seesaw
 from hx.gate.suite import parse_detail
 from hx.harness.edits import apply
-from hx.replay.ledger_checks import Problem, check_decisions
+from hx.replay.ledger_checks import check_decisions
 from hx.replay.trace_checks import check_trace
-from projections.ledger import RunLedger
 from schemas.edits import Reparam
-from schemas.ledger import CandidateProposed, GateCheck, GateJudged, LedgerEvent, LedgerOpened, RoundDigested
+from schemas.ledger import GateCheck, GateJudged, RoundDigested
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 
@@ -85,23 +84,6 @@ def test_an_unknown_gate_suite_is_one_error_line_before_anything_is_written(tmp_
 # --- a gate run, and the audit deciding it again ----------------------------------------------------------
 
 
-def ledger_of(run_id: str, gate_settings: GateSettings, digested: RoundDigested, cand: CandidateProposed,
-              verdict: GateJudged) -> RunLedger:
-    """The run's ledger as the loop records it (the fold the audit reads), its job with ``gate_settings``."""
-    job = EvolveJob(run_id=run_id, benches=("toyworld",), adaptation=(), heldout=(),
-                    loop=EvolveSettings(strategy="global", gate=gate_settings))
-    events: Sequence[LedgerEvent] = (
-        LedgerOpened(run_id=run_id, strategy="global", harness=BASE.spec(), digest=BASE.digest,
-                     settings=msgspec.to_builtins(job)), digested, cand, verdict)
-    ledger = RunLedger(run_id=run_id)
-    for position, event in enumerate(events, 1):
-        ledger.fold(event, position)
-    return ledger
-
-
-def decisions(problems: Sequence[Problem]) -> list[str]:
-    """The decision problems' texts."""
-    return [p.text for p in problems if p.kind == "decision"]
 
 
 async def test_a_candidate_that_regresses_the_suite_is_rejected_at_suite_and_the_audit_agrees(

@@ -8,8 +8,8 @@ suite names criteria as ``{"name": ..., "params": {...}}``; ``build`` turns one 
 ``judge`` runs a check: a check that raises is a failed criterion whose detail is the error,
 never a crashed suite.
 
->>> check = build("steps_at_most", {"steps": 10}, where="suite task 'coin'")
->>> judge(check, AttemptOutput("r", 0, "twx:coin:dev:0", 0, steps=12))
+>>> check = build("steps_at_most", {"steps": 10}, where="suite task 'a'")
+>>> judge(check, AttemptOutput("r", 0, "bench:game:dev:0", 0, steps=12))
 (False, '12 steps (need <= 10)')
 """
 

@@ -8,7 +8,7 @@ attempt = the replication (a unit retried after an interruption gets attempt
 >>> from hx.experiment.spec import parse_spec
 >>> spec = parse_spec({"title": "t", "hypothesis": "h", "falsified_if": 'mean(passed, "on") < 0.5',
 ...     "factors": [{"name": "f", "levels": ["off", "on"], "scope": {"kind": "env", "target": "X",
-...     "levels": {"off": "", "on": "1"}}}], "tasks": ["twx:coin:dev:0"], "replications": 2,
+...     "levels": {"off": "", "on": "1"}}}], "tasks": ["bench:game:dev:0"], "replications": 2,
 ...     "response_variables": ["passed"]})
 >>> [u.key for u in units(spec)] == [u.key for u in units(spec)]
 True

@@ -6,7 +6,7 @@ A spec is an ``ExperimentSpec`` (schemas/experiment.py, JSON Schema in
 Every rejection is one ``SpecRejected`` line naming the file and the field.
 
 >>> spec = parse_spec({"title": "t", "hypothesis": "h", "falsified_if": 'diff_high(passed, "on", "off") <= 0',
-...     "factor": {"name": "pk", "levels": ["off", "on"]}, "tasks": ["twx:coin:dev:0"], "replications": 2,
+...     "factor": {"name": "pk", "levels": ["off", "on"]}, "tasks": ["bench:game:dev:0"], "replications": 2,
 ...     "response_variables": ["passed"],
 ...     "mutable_scope": {"type": "env", "var": "HX_PK", "levels": {"off": "", "on": "1"}}}, where="x.json")
 >>> spec.factors[0].scope.kind, spec.factors[0].scope.target
