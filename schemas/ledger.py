@@ -43,6 +43,13 @@ class TaskFlip(Payload, frozen=True, kw_only=True):
     after: bool
     attempts: int = 0
     passes: int = 0
+    base_attempts: int = 0
+    """The variant's attempts of the task on the same seeds (its main rollout's, and its waves under the
+    sequential rule); 0 where a verdict did not record them (before the sequential rule)."""
+    base_passes: int = 0
+    decision: str = ""
+    """``held`` or ``regressed`` (a solved task), ``gained`` or ``missed`` (a predicted flip); "" before it was
+    recorded."""
 
 
 class RoundMetrics(Payload, frozen=True, kw_only=True):

@@ -32,7 +32,8 @@ from hx.aegis.state import RunState
 from hx.aegis.trials import RETRIES, Trials
 from hx.environments.rollout import RolloutSettings
 from hx.environments.splits import Splits
-from hx.gate.rule import CHECKS, FORK_MARGIN, Fresh, Tries, Verdict, cluster_of, seesaw
+from hx.gate.rule import CHECKS, FORK_MARGIN, Fresh, Verdict, cluster_of, seesaw
+from hx.gate.sequential import Tries
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError

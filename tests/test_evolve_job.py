@@ -21,7 +21,7 @@ from ledger_forger import ledger_of
 from hx.aegis.job import EvolveJob, EvolveRequest, TaskChoice
 from hx.aegis.ledger import Ledger
 from hx.aegis.session import new_job, recorded_job
-from hx.aegis.settings import EvolveSettings
+from hx.aegis.settings import EvolveSettings, GateSettings
 from hx.environments.rollout import RolloutSettings
 from hx.environments.splits import Splits
 from hx.harness.config import HarnessConfig
@@ -56,7 +56,7 @@ def test_a_job_recorded_flat_before_issue_34_loads_as_the_same_job(name: str) ->
     job = recorded_job(flat)
     assert {k: as_json(getattr(job, k)) for k in TOP} == {k: flat[k] for k in TOP}
     assert {k: getattr(job.rollout, k) for k in ROLLOUT_FIELDS} == {k: flat[k] for k in ROLLOUT_FIELDS}
-    assert job.loop == EvolveSettings(**flat["settings"])
+    assert job.loop == EvolveSettings(**flat["settings"], gate=GateSettings())  # the retry rule it ran with
     assert job.coevolving == bool(flat["coevolve"])
     if flat["coevolve"]:
         assert as_json(job.coevolve) == algorithm_named(flat["coevolve"])  # type: ignore[attr-defined]
@@ -69,7 +69,7 @@ def test_the_made_pre34_jobs_read_back_with_the_values_they_were_made_with() -> 
     job = recorded_job(PRE34["made"]["evolve"])
     assert job.rollout == RolloutSettings(attempts=3, concurrency=5, max_steps=40, seed=7, timeout_s=12.5)
     assert job.loop == EvolveSettings(rounds=5, patience=2, alpha=0.1, candidates=4, strategy="global",
-                                      max_variants=2, heldout_every=2, risk_threshold=0.6)
+                                      max_variants=2, heldout_every=2, risk_threshold=0.6, gate=GateSettings())
     assert (job.evolver, job.meta_model, job.model) == ("llm", "anthropic:claude-sonnet-4-6",
                                                         "openai:gpt-x@http://***@h/v1")
     assert job.heldout == ("toyworld:rooms:train:0", "toyworld:bell:train:0")

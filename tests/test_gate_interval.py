@@ -15,9 +15,11 @@ from hx_cli import error_line, hx
 from test_aegis_gate import BASE, K, candidate, gate, main_round, manifest, names, toy_tasks, trials_on
 
 from hx.aegis.job import EvolveJob
+from hx.aegis.session import recorded_job
 from hx.aegis.settings import EvolveSettings, GateSettings
 from hx.gate.interval import interval_figures
-from hx.gate.rule import CHECKS, Fresh, Tries, Verdict, checks_of, disagreement, outcomes, seesaw
+from hx.gate.rule import CHECKS, Fresh, Verdict, checks_of, disagreement, outcomes, seesaw
+from hx.gate.sequential import Tries
 from hx.harness.edits import apply
 from hx.intervals import Verdict as Keep
 from hx.replay.ledger_checks import Problem, check_decisions
@@ -106,10 +108,11 @@ def test_the_rule_orders_the_interval_check_between_seesaw_and_effect() -> None:
 def test_the_interval_check_is_off_by_default_and_recorded_in_the_job() -> None:
     """A job recorded before the setting reads as ``off``; a set mode is in the recorded job."""
     assert EvolveSettings().gate.interval == "off"
-    assert msgspec.convert({"rounds": 2}, EvolveSettings).gate == GateSettings()
+    old = {"run_id": "r", "benches": ["b"], "adaptation": [], "heldout": [], "loop": {"rounds": 2}}
+    assert recorded_job(old).loop.gate == GateSettings() and GateSettings().seesaw == "retry"
     job = EvolveJob(run_id="r", benches=("b",), adaptation=(), heldout=(),
                     loop=EvolveSettings(gate=GateSettings.of("keep")))
-    assert msgspec.to_builtins(job)["loop"]["gate"] == {"interval": "keep"}
+    assert msgspec.to_builtins(job)["loop"]["gate"] == {"seesaw": "sequential", "interval": "keep"}
 
 
 def test_an_unknown_interval_mode_is_one_error_line(tmp_path: object) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from hx.gate.rule import CHECKS, Fresh, Tries, Verdict, disagreement, seesaw
+from hx.gate.rule import CHECKS, Fresh, Verdict, disagreement, seesaw
+from hx.gate.sequential import Tries
 from schemas.ledger import GateCheck, GateJudged
 
 

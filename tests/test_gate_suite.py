@@ -20,7 +20,8 @@ from test_gate_interval import decisions, ledger_of
 from hx.aegis.settings import EvolveSettings, GateSettings
 from hx.aegis.suite_gate import SuiteGate
 from hx.eval.suite import load_suite, suite_digest
-from hx.gate.rule import CHECKS, Fresh, Tries, Verdict, checks_of, disagreement, seesaw
+from hx.gate.rule import CHECKS, Fresh, Verdict, checks_of, disagreement, seesaw
+from hx.gate.sequential import Tries
 from hx.gate.suite import parse_detail
 from hx.harness.edits import apply
 from hx.replay.ledger_checks import check_decisions
@@ -59,8 +60,8 @@ def test_the_rule_orders_the_suite_check_after_interval_and_before_effect() -> N
 
 
 def test_the_suite_check_is_off_by_default_and_recorded_with_its_digest() -> None:
-    """A default job records no suite (the job is as before); a set suite is recorded by path and digest."""
-    assert msgspec.to_builtins(EvolveSettings())["gate"] == {}
+    """A default job records no suite (only its seesaw rule); a set suite is recorded by path and digest."""
+    assert msgspec.to_builtins(EvolveSettings())["gate"] == {"seesaw": "sequential"}
     settings = GateSettings.of("off", str(SUITE))
     assert settings.suite == str(SUITE.resolve()) and settings.suite_digest == suite_digest(load_suite(SUITE))
     assert GateSettings.of("off", "default").suite == "default"

@@ -476,8 +476,10 @@ def test_every_round_of_an_evolution_run_replays_identically(tmp_path: Path) -> 
             assert IDENTICAL.search(ok(result).stdout), (number, started.purpose, result.output)
             assert "from the ledger" in result.stderr
             assert f"trace round {number}: " in result.stderr  # what the round was, from its round.started
-            if started.candidate:  # a gate round's harness is labelled with its own candidate
-                assert f"from the ledger (candidate {started.candidate} of" in result.stderr, result.stderr
+            if started.candidate:  # a gate round's harness is its own candidate's, or (a sequential wave's base
+                # round, the same seeds under the variant's harness) its variant's
+                assert (f"from the ledger (candidate {started.candidate} of" in result.stderr
+                        or f"from the ledger (variant {started.variant}" in result.stderr), result.stderr
         mains = sorted(n for n, ev in found.items() if ev.purpose == "main" and ev.stage_round == 0)
         stage = ok(run.hx("replay", run.run_id, "--stage", "0"))
         assert len(IDENTICAL.findall(stage.stdout)) == len(mains) >= 1

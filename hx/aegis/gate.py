@@ -30,6 +30,7 @@ import msgspec
 from hx.aegis.operations import strings_in
 from hx.gate.interval import IntervalMode
 from hx.gate.rule import Fresh, Verdict, effect, paired
+from hx.gate.sequential import SequentialRule
 from hx.gate.suite import SuiteFigures, suite_detail, suite_passes
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
@@ -42,8 +43,10 @@ class GateTrials(Protocol):
     async def counterfactual(self, harness: HarnessConfig, variant: str) -> list[tuple[str, str, str]]:
         """(attempt, ``same``/``diverged``/``changed``, where) for solved attempts replayed under ``harness``."""
 
-    async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str]) -> Fresh:
-        """Fresh seeded attempts of the candidate on the variant's solved tasks and its predicted flips."""
+    async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str], *,
+                    base_harness: HarnessConfig | None = None, rule: SequentialRule | None = None) -> Fresh:
+        """Fresh seeded attempts of the candidate on the variant's solved tasks and its predicted flips (and, by the
+        seesaw rule, retries or sequential waves)."""
 
 
 
@@ -92,14 +95,15 @@ class Forbidden:
 async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig], base: HarnessConfig,
                 trials: GateTrials, forbidden: Forbidden, *, allow_fork: bool, code_check: CodeCheck | None = None,
                 sources: Sequence[str] = (), interval: IntervalMode = "off",
-                suite: SuiteCheck | None = None) -> Verdict:
+                suite: SuiteCheck | None = None, rule: SequentialRule | None = None) -> Verdict:
     """Run the checks in order; the first that fails decides (a seesaw failure may still fork).
 
     ``build`` makes the candidate's harness (``CompositionError`` when it cannot). A
     candidate with new code is first built and smoke-tested by ``code_check`` in a sandbox
     (the ``config`` and ``smoke`` checks): only then may the main process import its code
     and ``build`` it. ``sources`` are its code's texts, for the leakage scan; ``interval`` the
-    mode of the optional interval check; ``suite`` plays the optional suite check.
+    mode of the optional interval check; ``suite`` plays the optional suite check; ``rule`` is the
+    seesaw's sequential rule (None: the ``retry`` rule).
     """
     v = Verdict()
     m = candidate.manifest
@@ -140,7 +144,7 @@ async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig]
                  f"{len(replayed)} replayed: {kept} unchanged, {len(replayed) - kept} diverge (the model's input "
                  "changes: no evidence either way)"):
         return v
-    return await _seesaw(v, candidate, base, harness, trials, allow_fork, interval, suite)
+    return await _seesaw(v, candidate, base, harness, trials, allow_fork, interval, suite, rule)
 
 
 def _config(v: Verdict, candidate: CandidateProposed, digest: str, base: HarnessConfig, error: str) -> bool:
@@ -154,10 +158,12 @@ def _config(v: Verdict, candidate: CandidateProposed, digest: str, base: Harness
 
 
 async def _seesaw(v: Verdict, candidate: CandidateProposed, base: HarnessConfig, harness: HarnessConfig,
-                  trials: GateTrials, allow_fork: bool, interval: IntervalMode, suite: SuiteCheck | None) -> Verdict:
-    fresh = await trials.fresh(harness, candidate.variant, candidate.candidate, candidate.manifest.predicted_flips)
+                  trials: GateTrials, allow_fork: bool, interval: IntervalMode, suite: SuiteCheck | None,
+                  rule: SequentialRule | None) -> Verdict:
+    fresh = await trials.fresh(harness, candidate.variant, candidate.candidate, candidate.manifest.predicted_flips,
+                               base_harness=base, rule=rule)
     v.trace_rounds = fresh.trace_rounds
-    if not paired(v, fresh, allow_fork=allow_fork, interval=interval):
+    if not paired(v, fresh, allow_fork=allow_fork, interval=interval, rule=rule):
         return v
     if suite is not None:
         # only a candidate the paired attempts let through costs two plays of the suite (the base's once a round)

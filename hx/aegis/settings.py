@@ -13,6 +13,7 @@ from hx.aegis.errors import GateSettingsInvalid
 from hx.aegis.variants import Strategy
 from hx.eval.suite import default_suite, load_suite, suite_digest
 from hx.gate.interval import INTERVAL_MODES, IntervalMode
+from hx.gate.sequential import SEESAW_MODES, SeesawMode, SequentialRule
 from schemas.ledger import HeldoutScored, RoundDecided
 from schemas.suite import Suite
 
@@ -22,8 +23,21 @@ COEVOLVE_MODES: tuple[CoevolveMode, ...] = ("harness", "model", "both")
 
 
 class GateSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """The gate's optional checks (a job's ``loop.gate``): all off by default, so the gate is the seven checks."""
+    """The gate's seesaw rule and optional checks (a job's ``loop.gate``): the optional checks are off by default.
 
+    ``seesaw`` defaults to ``retry`` *here* so that a job recorded before the sequential rule
+    (``gate: {}``) still means what it ran with; a new run's settings come from ``of`` (the
+    command line), whose default is ``sequential``, and record it.
+    """
+
+    seesaw: SeesawMode = "retry"
+    """How the seesaw decides a solved task regressed: ``sequential`` or ``retry`` (``hx.gate.sequential``)."""
+    drop: float = 0.25
+    """``sequential``: the smallest fall in a solved task's pass rate that counts as a regression (0 < drop <= 1)."""
+    alpha: float = 0.05
+    """``sequential``: the one-sided level of the exact test that calls a regression (0 < alpha <= 0.5)."""
+    waves: int = 3
+    """``sequential``: the most waves of k paired seeds a trailing task plays (1 to 10)."""
     interval: IntervalMode = "off"
     """The ``interval`` check between ``seesaw`` and ``effect``: ``off``, ``no_discard`` or ``keep``."""
     suite: str = ""
@@ -31,20 +45,44 @@ class GateSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     suite_digest: str = ""
     """The digest of the suite the check plays (``hx.eval.suite.suite_digest``), so the audit knows which."""
 
+    @property
+    def rule(self) -> SequentialRule | None:
+        """The sequential rule's numbers, or None for the ``retry`` rule."""
+        return SequentialRule(self.drop, self.alpha, self.waves) if self.seesaw == "sequential" else None
+
     @classmethod
-    def of(cls, interval: str, suite: str = "", *, where: str = "--gate-interval",
+    def of(cls, interval: str, suite: str = "", *, seesaw: str = "sequential", drop: float = 0.25,
+           alpha: float = 0.05, waves: int = 3, where: str = "--gate-interval",
            suite_where: str = "--gate-suite") -> GateSettings:
         """Settings from the options' texts (the suite loaded, its path made absolute); ``GateSettingsInvalid`` or
-        the suite's ``EvalError`` naming the option for a mode the gate lacks or a suite that does not load."""
+        the suite's ``EvalError`` naming the option for a mode the gate lacks, a number out of its range or a
+        suite that does not load."""
         if interval not in INTERVAL_MODES:
             raise GateSettingsInvalid(f"{where}: unknown interval mode {interval!r}; the modes are "
                                       f"{', '.join(INTERVAL_MODES)}")
+        rule = check_rule(seesaw, drop, alpha, waves) or SequentialRule()  # retry: the numbers are not used
+        mode: SeesawMode = "sequential" if seesaw == "sequential" else "retry"
+        numbers = cls(seesaw=mode, drop=rule.drop, alpha=rule.alpha, waves=rule.waves, interval=interval)
         if not suite:
-            return cls(interval=interval)
+            return numbers
         if suite != "default" and not Path(suite).is_file():
             raise GateSettingsInvalid(f"{suite_where}: no suite file {suite!r} (a path, or 'default' for hx's suite)")
         name = suite if suite == "default" else str(Path(suite).resolve())
-        return cls(interval=interval, suite=name, suite_digest=suite_digest(gate_suite(name)))
+        return msgspec.structs.replace(numbers, suite=name, suite_digest=suite_digest(gate_suite(name)))
+
+
+def check_rule(seesaw: str, drop: float, alpha: float, waves: int) -> SequentialRule | None:
+    """The seesaw rule the options name (None: ``retry``); ``GateSettingsInvalid`` naming the option out of range."""
+    if seesaw not in SEESAW_MODES:
+        raise GateSettingsInvalid(f"--gate-seesaw: unknown seesaw rule {seesaw!r}; the rules are "
+                                  f"{', '.join(SEESAW_MODES)}")
+    if not 0 < drop <= 1:
+        raise GateSettingsInvalid(f"--gate-drop: {drop:g} is not a fall in pass rate in (0, 1]")
+    if not 0 < alpha <= 0.5:
+        raise GateSettingsInvalid(f"--gate-alpha: {alpha:g} is not an error rate in (0, 0.5]")
+    if not 1 <= waves <= 10:
+        raise GateSettingsInvalid(f"--gate-waves: {waves} is not a number of waves from 1 to 10")
+    return SequentialRule(drop, alpha, waves) if seesaw == "sequential" else None
 
 
 def gate_suite(name: str) -> Suite:
@@ -69,8 +107,8 @@ class EvolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Also evaluate the held-out split after every N-th round (0: only before and after)."""
     risk_threshold: float = 0.7
     """Candidates riskier than this wait for a human."""
-    gate: GateSettings = GateSettings()
-    """The gate's optional checks."""
+    gate: GateSettings = GateSettings(seesaw="sequential")
+    """The gate's seesaw rule and optional checks (a new job's: the sequential rule)."""
 
 
 @dataclass

@@ -25,7 +25,8 @@ from hx.environments.registry import Benchmark
 from hx.environments.results import AttemptOutcome, summarise
 from hx.environments.rollout import PlayedRound, Rollout, RolloutSettings, RoundLabel
 from hx.environments.splits import SplitRole, Splits
-from hx.gate.rule import Fresh, Tries
+from hx.gate.rule import Fresh
+from hx.gate.sequential import SequentialRule, Tries, decide
 from hx.harness.config import HarnessConfig
 from hx.runtime.loop import AttemptResult
 from hx.runtime.models import ModelConfig
@@ -40,7 +41,7 @@ from streams.topology import TRACE, trace_subject
 RETRIES = 2
 """A solved task lost on the paired seeds is retried up to ``RETRIES * k`` times on fresh seeds."""
 RETRY_BASE = 1000
-"""Attempt numbers of retries start here, far from any main rollout's ``0 .. k-1``."""
+"""Attempt numbers of retries and sequential waves start here, far from any main rollout's ``0 .. k-1``."""
 MAX_REPLAYED = 8
 """Solved tasks a counterfactual check replays (each with all its attempts)."""
 
@@ -118,8 +119,10 @@ class Trials:
                 out.append((name, verdict, where))
         return out
 
-    async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str]) -> Fresh:
-        """The candidate on the variant's solved tasks and predicted flips (paired seeds), and retries of losses."""
+    async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str], *,
+                    base_harness: HarnessConfig | None = None, rule: SequentialRule | None = None) -> Fresh:
+        """The candidate on the variant's solved tasks and predicted flips (paired seeds), then, by the seesaw rule,
+        the retries of losses (``rule`` None) or the sequential waves of the tasks it trails (base and candidate)."""
         solved = self.solved(variant)
         failing = {d.task for d in self.digests.get(variant, ()) if not d.solved}
         wanted = [*solved, *(t for t in flips if t in failing and t not in solved)]
@@ -130,13 +133,48 @@ class Trials:
         rounds = [trace_round]
         tries = _tries(outcome.results)
         keep = set(solved)
-        lost = [t for t in solved if tries[t].passes == 0]
-        _, retries, more = await self._until_pass(harness, lost, label, firsts=self._fresh_attempts())
-        rounds += more
         base = {d.task: Tries(d.attempts, d.passes) for d in self.digests.get(variant, ()) if d.task in tries}
-        return Fresh(solved={t: v for t, v in tries.items() if t in keep},
-                     flips={t: v for t, v in tries.items() if t not in keep}, retries=retries,
-                     trace_rounds=tuple(rounds), base=base)
+        paired = {t: v for t, v in tries.items() if t in keep}
+        retries: dict[str, Tries] = {}
+        waves: dict[str, tuple[Tries, Tries, int]] = {}
+        if rule is None:
+            lost = [t for t in solved if tries[t].passes == 0]
+            _, retries, more = await self._until_pass(harness, lost, label, firsts=self._fresh_attempts())
+            rounds += more
+        else:
+            waves, more = await self._waves(harness, base_harness, rule, paired, base, label)
+            rounds += more
+        return Fresh(solved=paired, flips={t: v for t, v in tries.items() if t not in keep}, retries=retries,
+                     waves=waves, trace_rounds=tuple(rounds), base=base)
+
+    async def _waves(self, harness: HarnessConfig, base_harness: HarnessConfig | None, rule: SequentialRule,
+                     paired: Mapping[str, Tries], base: Mapping[str, Tries],
+                     label: RoundLabel) -> tuple[dict[str, tuple[Tries, Tries, int]], list[int]]:
+        """The sequential rule's waves: each solved task the candidate trails plays ``k`` more fresh paired seeds
+        under the base's harness and the candidate's, until the rule decides it or ``rule.waves`` waves ran.
+
+        Each wave is two trace rounds, the base's then the candidate's, on the same tasks and seeds.
+        """
+        if base_harness is None:
+            raise ValueError("the sequential seesaw needs the variant's harness to play its waves")
+        k = self.settings.attempts
+        extra: dict[str, tuple[Tries, Tries, int]] = {}
+        rounds: list[int] = []
+        going = [t for t in sorted(paired) if decide(rule, base.get(t, Tries(0, 0)), paired[t], waves=1) == "continue"]
+        for wave in range(2, rule.waves + 1):
+            if not going:
+                break
+            seeds = dataclasses.replace(label, first_attempt=RETRY_BASE + (wave - 2) * k)
+            base_round, base_out = await self.run(base_harness, going, role="adaptation", label=seeds)
+            cand_round, cand_out = await self.run(harness, going, role="adaptation", label=seeds)
+            rounds += [base_round, cand_round]
+            more_base, more = _tries(base_out.results), _tries(cand_out.results)
+            for t in going:
+                b0, c0, _ = extra.get(t, (Tries(0, 0), Tries(0, 0), 1))
+                extra[t] = (b0 + more_base.get(t, Tries(0, 0)), c0 + more.get(t, Tries(0, 0)), wave)
+            going = [t for t in going if decide(rule, base.get(t, Tries(0, 0)) + extra[t][0], paired[t] + extra[t][1],
+                                                waves=wave) == "continue"]
+        return extra, rounds
 
     async def kept(self, harness: HarnessConfig, variant: str, tasks: Sequence[str], models: ModelConfig,
                    candidate: str) -> tuple[list[str], tuple[int, ...]]:

@@ -85,6 +85,16 @@ DEFAULT_MODEL = "random:"
 @click.option("--gate-suite", default="", metavar="FILE|default",
               help="The gate's suite check after interval: the variant's harness and the candidate's play this eval "
                    "suite (a file, or default for hx's), and a DISCARD by the keep rule on their composites rejects.")
+@click.option("--gate-seesaw", default="sequential", show_default=True, metavar="RULE",
+              help="How the seesaw decides a solved task regressed: sequential (more paired waves for a task the "
+                   "candidate trails, an exact test with a stated error rate) or retry (retry a lost task until a "
+                   "pass, the rule before it).")
+@click.option("--gate-drop", type=float, default=0.25, show_default=True, metavar="RATE",
+              help="sequential: the smallest fall in a solved task's pass rate that counts as a regression.")
+@click.option("--gate-alpha", type=float, default=0.05, show_default=True, metavar="P",
+              help="sequential: the exact test's one-sided level.")
+@click.option("--gate-waves", type=int, default=3, show_default=True, metavar="N",
+              help="sequential: the most waves of k paired seeds a task the candidate trails plays.")
 @click.option("--approve", is_flag=True, help="Ask for approvals at the terminal instead of waiting for hx approve.")
 @click.option("--run-id", callback=run_id_option, help="Run id  [default: evolve-<UTC time>-<random>]")
 @click.option("--resume", "resume_id", callback=run_id_option, metavar="RUN",
@@ -114,7 +124,9 @@ def evolve_request(options: dict[str, Any], *, coevolve: CoevolveSettings | None
         loop=EvolveSettings(rounds=pop("rounds"), patience=pop("patience"), alpha=pop("alpha"),
                             candidates=pop("candidates"), strategy=pop("strategy"), max_variants=pop("max_variants"),
                             heldout_every=pop("heldout_every"), risk_threshold=pop("risk_threshold"),
-                            gate=GateSettings.of(pop("gate_interval"), pop("gate_suite"))),
+                            gate=GateSettings.of(pop("gate_interval"), pop("gate_suite"), seesaw=pop("gate_seesaw"),
+                                                 drop=pop("gate_drop"), alpha=pop("gate_alpha"),
+                                                 waves=pop("gate_waves"))),
         rollout=RolloutSettings(attempts=pop("attempts"), concurrency=pop("concurrency"), max_steps=pop("max_steps"),
                                 seed=pop("seed")),
         model=pop("model"), meta_model=pop("meta_model"), evolver=pop("evolver"), coevolve=coevolve)

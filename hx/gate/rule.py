@@ -8,9 +8,12 @@ ledger and the trace recorded, and names any verdict that does not follow from i
    ``hx.aegis.gate``), then
 6. ``seesaw`` (k-aware, per variant): the candidate runs the variant's solved tasks and its
    predicted flips with the seeds of the variant's own rollout (``k`` paired attempts each).
-   A solved task that fails all ``k`` is retried on fresh seeds, up to ``2k`` times, stopping at
-   the first pass: it *regresses* only if it fails them all. No solved task may regress, and the
-   tasks lost on the paired seeds may not outnumber those gained.
+   Whether a solved task *regresses* is decided by the run's seesaw rule (``hx.gate.sequential``):
+   ``sequential`` plays a task the candidate trails on more waves of fresh paired seeds, base and
+   candidate alike, and calls a regression by an exact test with a stated error rate; ``retry``
+   (runs before it) retries a task that failed all ``k`` on fresh seeds, up to ``2k`` times, and
+   holds it at the first pass. No solved task may regress, and the tasks lost on the paired seeds
+   may not outnumber those gained.
    Optionally (a run's ``gate.interval``: ``no_discard`` or ``keep``), then ``interval``: the
    paired attempts of candidate and variant on the same tasks and seeds, by the keep rule
    (``hx.gate.interval``).
@@ -36,6 +39,7 @@ from typing import Literal
 
 from hx.environments.results import game_of
 from hx.gate.interval import IntervalMode, interval_detail, interval_figures, interval_passes
+from hx.gate.sequential import SequentialRule, Tries, decide
 from schemas.ledger import GateCheck, GateJudged, TaskFlip
 
 Outcome = Literal["ship", "fork", "reject"]
@@ -58,14 +62,6 @@ def cluster_of(task_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class Tries:
-    """Fresh attempts of one task: how many ran, how many passed."""
-
-    attempts: int
-    passes: int
-
-
-@dataclass(frozen=True)
 class Fresh:
     """The candidate's attempts: on the variant's solved tasks and predicted flips, and the retries of losses."""
 
@@ -74,7 +70,10 @@ class Fresh:
     flips: dict[str, Tries]
     """Predicted flips, with the same seeds."""
     retries: dict[str, Tries] = field(default_factory=dict)
-    """Solved tasks that failed every paired attempt, retried on fresh seeds (stopping at the first pass)."""
+    """``retry`` rule: solved tasks that failed every paired attempt, retried on fresh seeds (to the first pass)."""
+    waves: dict[str, tuple[Tries, Tries, int]] = field(default_factory=dict)
+    """``sequential`` rule: solved tasks that trailed, with (base, candidate) attempts on the fresh paired seeds of
+    the waves after the first, and how many waves they played in all."""
     trace_rounds: tuple[int, ...] = ()
     base: dict[str, Tries] = field(default_factory=dict)
     """The variant's own attempts of the same tasks (its main rollout, the same seeds): the interval check's base."""
@@ -118,32 +117,69 @@ class Verdict:
 
 
 def seesaw(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode = "off",
-           suite: GateCheck | None = None) -> Verdict:
+           suite: GateCheck | None = None, rule: SequentialRule | None = None) -> Verdict:
     """The ``seesaw``, ``interval`` (unless off), ``suite`` (the given, decided check) and ``effect`` checks (or a
-    fork) from the fresh attempts: pure."""
-    if not paired(v, fresh, allow_fork=allow_fork, interval=interval):
+    fork) from the fresh attempts: pure. ``rule`` None is the ``retry`` rule."""
+    if not paired(v, fresh, allow_fork=allow_fork, interval=interval, rule=rule):
         return v
     if suite is not None and not v.add(suite.name, suite.passed, suite.detail):
         return v
     return effect(v, fresh)
 
 
-def paired(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode = "off") -> bool:
+def decisions(fresh: Fresh, rule: SequentialRule) -> dict[str, tuple[Tries, Tries, str]]:
+    """Each solved task's (base, candidate) attempts on the paired seeds of every wave, and the rule's decision.
+
+    A task still undecided where the recorded waves end counts as regressed: the gate plays every
+    task to a decision, so only a verdict cut short leaves one, and it may not ship on that.
+    """
+    out: dict[str, tuple[Tries, Tries, str]] = {}
+    for t, first in sorted(fresh.solved.items()):
+        more_base, more, waves = fresh.waves.get(t, (Tries(0, 0), Tries(0, 0), 1))
+        base, cand = fresh.base.get(t, Tries(0, 0)) + more_base, first + more
+        decision = decide(rule, base, cand, waves=waves)
+        out[t] = (base, cand, "regressed" if decision == "continue" else decision)
+    return out
+
+
+def paired(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode = "off",
+           rule: SequentialRule | None = None) -> bool:
     """The ``seesaw`` and ``interval`` (unless off) checks, with the flips (or a fork); whether the gate goes on."""
     lost = sorted(t for t, tries in fresh.solved.items() if tries.passes == 0)
-    regressed = [t for t in lost if fresh.retries.get(t, Tries(0, 0)).passes == 0]
     won = sorted(t for t, tries in fresh.flips.items() if tries.passes > 0)
-    for t, tries in sorted(fresh.solved.items()):
-        more = fresh.retries.get(t, Tries(0, 0))
-        v.flips.append(TaskFlip(task=t, before=True, after=tries.passes + more.passes > 0,
-                                attempts=tries.attempts + more.attempts, passes=tries.passes + more.passes))
-    v.flips += [TaskFlip(task=t, before=False, after=tries.passes > 0, attempts=tries.attempts, passes=tries.passes)
-                for t, tries in sorted(fresh.flips.items())]
+    if rule is None:
+        regressed = [t for t in lost if fresh.retries.get(t, Tries(0, 0)).passes == 0]
+        for t, tries in sorted(fresh.solved.items()):
+            more = fresh.retries.get(t, Tries(0, 0))
+            v.flips.append(TaskFlip(task=t, before=True, after=tries.passes + more.passes > 0,
+                                    attempts=tries.attempts + more.attempts, passes=tries.passes + more.passes))
+        v.flips += [TaskFlip(task=t, before=False, after=tries.passes > 0, attempts=tries.attempts,
+                             passes=tries.passes) for t, tries in sorted(fresh.flips.items())]
+        holds_note = f"({len(lost)} only on retries)"
+        worst = (f"{len(regressed)} solved task(s) failed every paired attempt and every retry, e.g. "
+                 f"{regressed[0]!r}") if regressed else ""
+    else:
+        decided = decisions(fresh, rule)
+        regressed = [t for t, (_, _, d) in decided.items() if d == "regressed"]
+        v.flips += [TaskFlip(task=t, before=True, after=d == "held", attempts=c.attempts, passes=c.passes,
+                             base_attempts=b.attempts, base_passes=b.passes, decision=d)
+                    for t, (b, c, d) in decided.items()]
+        for t, tries in sorted(fresh.flips.items()):
+            b = fresh.base.get(t, Tries(0, 0))
+            v.flips.append(TaskFlip(task=t, before=False, after=tries.passes > 0, attempts=tries.attempts,
+                                    passes=tries.passes, base_attempts=b.attempts, base_passes=b.passes,
+                                    decision="gained" if tries.passes > 0 else "missed"))
+        holds_note = f"({len(fresh.waves)} after more waves)"
+        worst = ""
+        if regressed:
+            b, c, _ = decided[regressed[0]]
+            worst = (f"{len(regressed)} solved task(s) regressed (a drop of at least {rule.drop:g} at p <= "
+                     f"{rule.alpha:g} over {rule.waves} wave(s)), e.g. {regressed[0]!r}: {c.passes}/{c.attempts} "
+                     f"against the variant's {b.passes}/{b.attempts}")
     holds = not regressed and len(won) >= len(lost)
-    detail = (f"{len(regressed)} solved task(s) failed every paired attempt and every retry, e.g. {regressed[0]!r}"
-              if regressed else f"{len(lost)} solved task(s) lost on the paired seeds against {len(won)} gained"
-              if len(won) < len(lost) else
-              f"{len(fresh.solved)} solved task(s) hold ({len(lost)} only on retries), {len(won)} gained")
+    detail = worst or (f"{len(lost)} solved task(s) lost on the paired seeds against {len(won)} gained"
+                       if len(won) < len(lost) else
+                       f"{len(fresh.solved)} solved task(s) hold {holds_note}, {len(won)} gained")
     if not v.add("seesaw", holds, detail):
         # Isolation is for conflicting clusters: the fork takes only clusters where it gains clearly and
         # no solved task regressed, so the variant it leaves behind keeps every regressed task solved.
@@ -154,7 +190,8 @@ def paired(v: Verdict, fresh: Fresh, *, allow_fork: bool, interval: IntervalMode
             v.outcome, v.clusters = "fork", clusters
         return False
     if interval != "off":
-        # The paired seeds only: retries ran on other seeds, which the variant never played.
+        # The paired seeds only: retries and later waves ran on other seeds, which the variant's main rollout
+        # never played.
         figures = interval_figures(outcomes(fresh.base), outcomes({**fresh.solved, **fresh.flips}))
         return v.add("interval", interval_passes(interval, figures.verdict), interval_detail(interval, figures))
     return True

@@ -14,7 +14,7 @@ knowledge anywhere):
 
 The context term is weighted by ``context_gain``, 0 by default: trained on a few tasks per game
 it learns preferences tied to those tasks' rooms, which do not carry over to unseen tasks
-(docs/learner-figures.md), while the option's words and the surface features do. A larger gain
+(bench/results/2026-11-27-learner-figures.md), while the option's words and the surface features do. A larger gain
 turns it on; checkpoints written before the setting existed load with their gain of 1.
 
 Words are hashed (crc32) into a fixed vocabulary, so any text is servable and a checkpoint

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from hx.gate.interval import INTERVAL_MODES, IntervalMode
 from hx.gate.rule import disagreement
+from hx.gate.sequential import SequentialRule
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
@@ -55,6 +56,20 @@ class Problem:
 
     def __str__(self) -> str:
         return self.text
+
+
+def gate_rule(ledger: RunLedger) -> SequentialRule | None:
+    """The seesaw rule the run's gate ran with, as its recorded job says (None: ``retry``, also for a job recorded
+    before the rule could be chosen)."""
+    if ledger.opened is None:
+        return None
+    gate = nested_job(ledger.opened.settings)["loop"].get("gate") or {}
+    if not isinstance(gate, dict) or gate.get("seesaw", "retry") == "retry":
+        return None
+    # A rule this hx does not know is decided as the sequential rule with the recorded numbers.
+    defaults = SequentialRule()
+    return SequentialRule(float(gate.get("drop", defaults.drop)), float(gate.get("alpha", defaults.alpha)),
+                          int(gate.get("waves", defaults.waves)))
 
 
 def gate_interval(ledger: RunLedger) -> IntervalMode:

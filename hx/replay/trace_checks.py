@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hx.gate.rule import Fresh, Tries, Verdict, seesaw
+from hx.gate.rule import Fresh, Verdict, seesaw
+from hx.gate.sequential import SequentialRule, Tries, decide
 from hx.replay.anchors import AnchorResolver
-from hx.replay.ledger_checks import Problem, gate_interval, gate_suite
+from hx.replay.ledger_checks import Problem, gate_interval, gate_rule, gate_suite
 from hx.replay.suite_checks import recheck_suite, scoreboard, suite_checked
 from hx.replay.trace_rounds import TraceRound, Verdicts, outcomes, trace_marks
 from projections.ledger import RunLedger
@@ -140,15 +141,17 @@ def recheck_seesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int,
     solved = [d.task for d in mine if d.solved]
     failing = {d.task for d in mine if not d.solved}
     flips = [t for t in dict.fromkeys(cand.proposal.manifest.predicted_flips) if t in failing and t not in solved]
-    fresh = _fresh(solved, flips, [verdicts.get(r, {}) for r in gate.trace_rounds])
+    rule = gate_rule(ledger)
+    base = {d.task: Tries(d.attempts, d.passes) for d in mine if d.task in (*solved, *flips)}
+    fresh = _fresh(solved, flips, [verdicts.get(r, {}) for r in gate.trace_rounds], rule, base)
     if isinstance(fresh, str):
         return fresh
-    fresh.base.update({d.task: Tries(d.attempts, d.passes) for d in mine if d.task in (*solved, *flips)})
     before = [c for c in gate.checks if c.name not in ("seesaw", "interval", "suite", "effect")]
     # the suite check is decided again from its eval runs (``recheck_suite``): here it is taken as recorded
     suite = next((c for c in gate.checks if c.name == "suite"), None)
     again = seesaw(Verdict(checks=list(before)), fresh, allow_fork=ledger.opened is not None
-                   and ledger.opened.strategy == "ensemble", interval=gate_interval(ledger), suite=suite)
+                   and ledger.opened.strategy == "ensemble", interval=gate_interval(ledger), suite=suite,
+                   rule=rule)
     recorded = Verdict.of(gate)
     if again.checks != recorded.checks:
         said = {c.name: c for c in recorded.checks}
@@ -170,33 +173,66 @@ def recheck_seesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int,
     return ""
 
 
-def _fresh(solved: Sequence[str], flips: Sequence[str], rounds: Sequence[Verdicts]) -> Fresh | str:
+def _fresh(solved: Sequence[str], flips: Sequence[str], rounds: Sequence[Verdicts], rule: SequentialRule | None,
+           base: dict[str, Tries]) -> Fresh | str:
     """The candidate's fresh attempts as the gate saw them, from its rounds' verdicts (or why they do not fit)."""
     if not solved and not flips:
         return Fresh(solved={}, flips={}) if not rounds else "it cites trace rounds for a variant with nothing to run"
     if not rounds:
         return "it cites no trace round for its fresh attempts"
-    paired, *retries = rounds
-    tries: dict[str, Tries] = {}
-    for (task, _), passed in paired.items():
-        old = tries.get(task, Tries(0, 0))
-        tries[task] = Tries(old.attempts + 1, old.passes + passed)
+    paired, *later = rounds
+    tries = _count(paired)
     wanted = [*solved, *flips]
     if sorted(tries) != sorted(wanted):
         return (f"its first trace round ran {', '.join(sorted(tries)) or 'nothing'}; the gate runs the variant's "
                 f"solved tasks and the predicted flips ({', '.join(wanted)})")
-    lost = [t for t in solved if tries[t].passes == 0]
-    more: dict[str, Tries] = {}
-    for wave in retries:
+    first = {t: tries[t] for t in solved}
+    out = Fresh(solved=first, flips={t: tries[t] for t in flips}, base=base)
+    why = _waves(out, later, rule) if rule is not None else _retries(out, later)
+    return why or out
+
+
+def _count(rounds: Verdicts, before: dict[str, Tries] | None = None) -> dict[str, Tries]:
+    """Attempts and passes per task of a round's verdicts, added to ``before``."""
+    out = dict(before or {})
+    for (task, _), passed in rounds.items():
+        out[task] = out.get(task, Tries(0, 0)) + Tries(1, int(passed))
+    return out
+
+
+def _retries(fresh: Fresh, rounds: Sequence[Verdicts]) -> str:
+    """The ``retry`` rule's waves into ``fresh.retries`` (or why they are not the losses the rule retries)."""
+    lost = [t for t, tries in fresh.solved.items() if tries.passes == 0]
+    for wave in rounds:
         ran = sorted({task for task, _ in wave})
         if ran != sorted(lost):
             return (f"a retry round ran {', '.join(ran) or 'nothing'}; the solved tasks still lost were "
                     f"{', '.join(lost)}")
-        for (task, _), passed in wave.items():
-            old = more.get(task, Tries(0, 0))
-            more[task] = Tries(old.attempts + 1, old.passes + passed)
-        lost = [t for t in lost if more[t].passes == 0]
-    return Fresh(solved={t: tries[t] for t in solved}, flips={t: tries[t] for t in flips}, retries=more)
+        fresh.retries.update(_count(wave, fresh.retries))
+        lost = [t for t in lost if fresh.retries[t].passes == 0]
+    return ""
+
+
+def _waves(fresh: Fresh, rounds: Sequence[Verdicts], rule: SequentialRule) -> str:
+    """The sequential rule's waves (a base round, then a candidate round) into ``fresh.waves`` (or why not)."""
+    if len(rounds) % 2:
+        return f"it cites {len(rounds)} trace round(s) after its paired one; the sequential rule plays them in pairs"
+    zero = Tries(0, 0)
+    going = [t for t in sorted(fresh.solved)
+             if decide(rule, fresh.base.get(t, zero), fresh.solved[t], waves=1) == "continue"]
+    for i in range(0, len(rounds), 2):
+        wave = 2 + i // 2
+        base_ran, cand_ran = (sorted({task for task, _ in r}) for r in rounds[i:i + 2])
+        if wave > rule.waves or base_ran != going or cand_ran != going:
+            return (f"its wave {wave} ran {', '.join(cand_ran) or 'nothing'}; the sequential rule plays "
+                    f"{', '.join(going) or 'no wave'} there")
+        more_base, more = _count(rounds[i]), _count(rounds[i + 1])
+        for t in going:
+            b0, c0, _ = fresh.waves.get(t, (zero, zero, 1))
+            fresh.waves[t] = (b0 + more_base[t], c0 + more[t], wave)
+        going = [t for t in going if decide(rule, fresh.base.get(t, zero) + fresh.waves[t][0],
+                                            fresh.solved[t] + fresh.waves[t][1], waves=wave) == "continue"]
+    return ""
 
 
 async def _anchors(out: TraceCheck, resolver: AnchorResolver, ledger: RunLedger) -> None:

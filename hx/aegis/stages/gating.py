@@ -92,7 +92,8 @@ class GateAndShip:
         sources = await self.code_source(cand) if (cand.code and self.code_source) else ()
         verdict = await judge(cand, lambda: apply(base, cand.operations), base, run.trials, run.forbidden,
                               allow_fork=run.settings.strategy == "ensemble", code_check=self.code_check,
-                              sources=sources, interval=run.settings.gate.interval, suite=self.suite_check)
+                              sources=sources, interval=run.settings.gate.interval, suite=self.suite_check,
+                              rule=run.settings.gate.rule)
         gate = GateJudged(run_id=run.run_id, round=ctx.round, candidate=cand.candidate, variant=cand.variant,
                           passed=verdict.passed, checks=tuple(verdict.checks), first_failure=verdict.first_failure,
                           flips=tuple(verdict.flips), outcome=verdict.outcome, clusters=verdict.clusters,
