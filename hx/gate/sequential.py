@@ -31,6 +31,7 @@ base's pass rate and the attempts, and is stated in docs/aegis.md for the defaul
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import cache
 from math import comb
@@ -81,7 +82,17 @@ def trailing_p(base: Tries, candidate: Tries) -> float:
 def _boschloo(c: int, nc: int, b: int, nb: int) -> float:
     # Boschloo's test is exact and uniformly more powerful than Fisher's, which at six attempts a side
     # cannot call even 0 of 6 against 3 of 6 (p 0.09): the candidate that breaks a task must be caught.
-    return float(boschloo_exact([[c, nc - c], [b, nb - b]], alternative="less").pvalue)
+    root = logging.getLogger()
+    root.addFilter(_scipy_chatter)  # scipy's exact tests log their search bounds at INFO on the root logger
+    try:
+        return float(boschloo_exact([[c, nc - c], [b, nb - b]], alternative="less").pvalue)
+    finally:
+        root.removeFilter(_scipy_chatter)
+
+
+def _scipy_chatter(record: logging.LogRecord) -> bool:
+    """Drop the root logger's records that come from inside scipy."""
+    return "scipy" not in record.pathname
 
 
 def decide(rule: SequentialRule, base: Tries, candidate: Tries, *, waves: int) -> Decision:
