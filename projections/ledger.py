@@ -338,9 +338,31 @@ class RunLedger(msgspec.Struct):
         return [n for n, v in self.variants.items() if not v.retired]
 
     def route(self, cluster: str) -> str:
-        """The variant a task cluster runs under."""
-        variant = self.routing.get(cluster, self.root)
-        return variant if variant in self.variants and not self.variants[variant].retired else self.root
+        """The variant a task cluster runs under: the one serving it, else ``unserved()``."""
+        variant = self.routing.get(cluster)
+        if variant is not None and variant in self.variants and not self.variants[variant].retired:
+            return variant
+        return self.unserved()
+
+    def success(self) -> dict[str, float]:
+        """Each live variant's overall success: the share of its tasks solved in the latest round it ran."""
+        live, out = set(self.live()), {}
+        for digests in reversed(self.digests.values()):  # the newest round first: a variant's latest evidence wins
+            ran: dict[str, list[bool]] = {}
+            for d in digests:
+                ran.setdefault(d.variant, []).append(d.solved)
+            out |= {v: sum(s) / len(s) for v, s in ran.items() if v in live and v not in out}
+        return out
+
+    def unserved(self) -> str:
+        """The variant every cluster no variant serves runs under: the live one with the best ``success``.
+
+        Ties go to the variant made first (the root before its forks); the root when no live variant has run a
+        round yet. A fold of the ledger, so the loop, a replay and the audit all derive the same route.
+        """
+        rates = self.success()
+        made = {name: i for i, name in enumerate(self.variants)}
+        return max(rates, key=lambda v: (rates[v], -made[v]), default=self.root)
 
     def task_history(self, before: int) -> dict[str, list[bool]]:
         """Each task's pass@k states in the rounds before ``before``, oldest first."""

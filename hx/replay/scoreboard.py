@@ -40,6 +40,9 @@ class EvolutionReport:
     variants: dict[str, str] = field(default_factory=dict)
     """Live variant -> its harness digest."""
     routing: dict[str, str] = field(default_factory=dict)
+    """Task cluster -> the variant serving it."""
+    unserved: str = ""
+    """The variant every other cluster runs under (``RunLedger.unserved``: the live one with the best success)."""
     learner: list[Any] = field(default_factory=list)
     """Co-evolution: the learner's records (``PolicyUpdated``, ``UpdateSkipped``, ``PolicyGated``), in order."""
     policy: str = ""
@@ -66,5 +69,6 @@ def report(ledger: RunLedger, seconds: dict[int, float]) -> EvolutionReport:
         heldout_before=next((h for h in held if h.round == -1), None),
         heldout_after=held[-1] if len(held) > 1 else None,
         variants={n: v.digest for n, v in ledger.active().items()}, routing=dict(ledger.routing),
+        unserved=ledger.unserved(),
         heldout_split=", ".join(sorted({TaskId.parse(t).split for t in ledger.opened.settings.get("heldout", ())}))
         or "test")
