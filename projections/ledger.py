@@ -346,7 +346,8 @@ class RunLedger(msgspec.Struct):
 
     def success(self) -> dict[str, float]:
         """Each live variant's overall success: the share of its tasks solved in the latest round it ran."""
-        live, out = set(self.live()), {}
+        live = set(self.live())
+        out: dict[str, float] = {}
         for digests in reversed(self.digests.values()):  # the newest round first: a variant's latest evidence wins
             ran: dict[str, list[bool]] = {}
             for d in digests:
