@@ -182,10 +182,11 @@ def digests_text(digests: Sequence[TaskDigest], cap: int = MAX_DIGESTS) -> str:
 def harnesses_text(context: Context) -> str:
     """Each live variant's harness as YAML, with the clusters routed to it."""
     out = []
-    unserved = context.state.ledger.unserved()
+    ledger = context.state.ledger
+    routes, unserved = {c: ledger.route(c) for c in ledger.clusters()}, ledger.unserved()
     for name, variant in sorted(context.state.live().items()):
-        clusters = sorted(c for c, v in context.state.routing.items() if v == name)
-        others = "every cluster not routed elsewhere" if name == unserved else ""
+        clusters = sorted(c for c, v in routes.items() if v == name)
+        others = "any cluster not run yet" if name == unserved else ""
         routed = ", ".join(x for x in (_names(clusters) if clusters else "", others) if x) or "none"
         body = yaml.safe_dump(variant.harness.to_dict(), sort_keys=False)
         out.append(f"## Variant {name} (digest {variant.harness.digest[:19]}; serves: {routed})\n```yaml\n{body}```")
