@@ -113,8 +113,10 @@ Comparison = dict[str, tuple[float | None, ...]]
 
 
 def routed_variant(report: dict[str, Any], game: str) -> str:
-    """The variant a run ended with for ``game``: its routed one, else the first (empty if the run has none)."""
-    return str((report.get("routing") or {}).get(game) or min(report.get("variants") or {}, default=""))
+    """The variant a run ended with for ``game``: its routed one, else the one a cluster not run yet gets (a report
+    written before reports named it: the first variant; empty if the run has none)."""
+    return str((report.get("routing") or {}).get(game) or report.get("unserved")
+               or min(report.get("variants") or {}, default=""))
 
 
 def final_harness(report: dict[str, Any], game: str) -> str:

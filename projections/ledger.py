@@ -338,9 +338,41 @@ class RunLedger(msgspec.Struct):
         return [n for n, v in self.variants.items() if not v.retired]
 
     def route(self, cluster: str) -> str:
-        """The variant a task cluster runs under."""
-        variant = self.routing.get(cluster, self.root)
-        return variant if variant in self.variants and not self.variants[variant].retired else self.root
+        """The variant a task cluster runs under: the one serving it, else ``unserved(cluster)``."""
+        variant = self.routing.get(cluster)
+        if variant is not None and variant in self.variants and not self.variants[variant].retired:
+            return variant
+        return self.unserved(cluster)
+
+    def clusters(self) -> list[str]:
+        """Every cluster the run has routed or run, in name order."""
+        return sorted({*self.routing, *(d.cluster for digests in self.digests.values() for d in digests)})
+
+    def success(self, cluster: str = "") -> dict[str, float]:
+        """Each live variant's success: the share of its tasks (of ``cluster``, when named) solved in the latest
+        round it ran any of them."""
+        live = set(self.live())
+        out: dict[str, float] = {}
+        for digests in reversed(self.digests.values()):  # the newest round first: a variant's latest evidence wins
+            ran: dict[str, list[bool]] = {}
+            for d in digests:
+                if not cluster or d.cluster == cluster:
+                    ran.setdefault(d.variant, []).append(d.solved)
+            out |= {v: sum(s) / len(s) for v, s in ran.items() if v in live and v not in out}
+        return out
+
+    def unserved(self, cluster: str = "") -> str:
+        """The variant a cluster no variant serves runs under: the live one with the best success on the cluster's
+        own tasks, or, when no live variant has run them (a cluster not run yet), the best overall ``success``.
+
+        Ties go to the variant made first (the root before its forks); the root when no live variant has run a
+        round yet. The cluster's own evidence comes first so that a cluster the root has been playing is not
+        handed, unjudged by any gate, to a fork that did better elsewhere. A fold of the ledger: the loop and
+        every reader of the ledger derive the same route.
+        """
+        rates = (self.success(cluster) if cluster else {}) or self.success()
+        made = {name: i for i, name in enumerate(self.variants)}
+        return max(rates, key=lambda v: (rates[v], -made[v]), default=self.root)
 
     def task_history(self, before: int) -> dict[str, list[bool]]:
         """Each task's pass@k states in the rounds before ``before``, oldest first."""

@@ -72,8 +72,8 @@ class RoundMetrics(Payload, frozen=True, kw_only=True):
     co-evolution's policy gate are not), counted on the log from the trace rounds the round cites."""
 
     @property
-    def ship_prediction_accuracy(self) -> float | None:
-        """Realised over predicted flips (None when nothing was predicted)."""
+    def hit_rate(self) -> float | None:
+        """The previous round's ships' hit rate: realised over predicted flips (None when nothing was predicted)."""
         return self.realised / self.predicted if self.predicted else None
 
 

@@ -17,12 +17,17 @@ import numpy as np
 import pytest
 import toyworld  # noqa: F401 - registers the toy benchmark with the in-process command
 from hx_cli import error_line, hx, ok
+from ledger_run import LedgerRun, attach, task
 from matplotlib.image import imread
 
+from hx.aegis import levers
 from hx.aegis.ledger import read_records
+from hx.aegis.metrics import metrics
 from hx.harness.config import HarnessConfig
 from hx.report.data import ReportData, learner_records
-from hx.report.figures import BUCKET_COLOURS, figures
+from hx.report.export import scoreboard, ship_outcome
+from hx.report.export_fold import RunFold
+from hx.report.figures import BUCKET_COLOURS, figures, hit_cell, ship_cell
 from hx.report.html import page
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
 from schemas.ledger import HarnessShipped, HeldoutScored, LedgerOpened, RoundDecided, VariantForked
@@ -32,7 +37,7 @@ from streams.server import NatsProcess
 from streams.topology import LEARN, LEDGER
 
 EVOLVE, COEVOLVE = "report-evolve", "report-coevolve"
-EVOLVE_FIGURES = ["evolution", "lever_mix", "hit_rate", "timeline"]
+EVOLVE_FIGURES = ["evolution", "lever_mix", "hit_rate", "ship_rate", "timeline"]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
@@ -267,3 +272,34 @@ def test_a_run_with_no_round_yet_still_has_every_figure() -> None:
     for p in plots:
         pixels(p.png)
     assert [name for name, _ in images(page(data, plots))] == EVOLVE_FIGURES
+
+
+def test_hit_rate_is_realised_over_predicted_flips_everywhere_and_ship_rate_is_its_own_figure() -> None:
+    """Round 0 proposes three candidates and ships one predicting four flips; round 1 runs three of those tasks and
+    solves two: the hit rate is 2/3 in every place that names one, the ship rate (1/3) only in its own figure."""
+    run = LedgerRun()
+    run.ship(0, "C-R0-01", (attach("undo_guard"),), ["twx:a:1", "twx:a:2", "twx:a:3", "twx:a:9"])
+    run.proposed(0, "C-R0-02", (attach("explore_untried"),))
+    run.proposed(0, "C-R0-03", (attach("visited_states"),))
+    run.digested(1, [task("twx:a:1", passes=1), task("twx:a:2"), task("twx:a:3", passes=2), task("twx:b:1")])
+    (bucket,) = run.state.candidates["C-R0-01"].proposal.buckets
+    assert all(run.state.candidates[c].proposal.buckets == (bucket,) for c in ("C-R0-02", "C-R0-03"))
+    data = ReportData.of(run.records)
+    first = data.rounds[0]
+    assert (first.proposed[bucket], first.shipped[bucket], first.predicted[bucket], first.realised[bucket]) == (
+        3, 1, 3, 2)
+    assert hit_cell(first, bucket) == (2 / 3, "2/3") and ship_cell(first, bucket) == (1 / 3, "1/3\ngate 1")
+    assert hit_cell(data.rounds[1], bucket)[1] == "-"  # round 1 shipped nothing
+    plots = {p.name: p for p in figures(data)}
+    assert "realised / predicted flips" in plots["hit_rate"].title and "shipped / proposed" in plots["ship_rate"].title
+    assert "Not the hit rate" in plots["ship_rate"].caption
+    # the same number wherever a hit rate is named: the levers, the round's metrics, the scoreboard, the ship outcomes
+    state = run.state
+    assert levers.hit_rates(state, "undo_guard") == {0: 2 / 3}
+    (lever,) = levers.records(state, ["undo_guard"])
+    assert lever.hit_rate == 2 / 3
+    assert metrics(state, 1, 0).hit_rate == 2 / 3
+    fold = RunFold.of(run.records)
+    board = scoreboard(fold)
+    assert board["buckets"][bucket]["hit_rate"] == board["levers"]["undo_guard"]["hit_rate"] == 0.6667
+    assert ship_outcome(fold, state.ships[0])["hit_rate"] == 0.6667

@@ -1,8 +1,8 @@
 """Round metrics: adaptation pass@k, how good the last round's ship predictions were, regressions, lever mix.
 
 Computed from the ledger alone (``RunState``) when a round is decided, and written into
-its ``RoundDecided``: ship-prediction accuracy is the share of the flips the previous
-round's ships predicted (on tasks this round ran) that happened; attribution is the share
+its ``RoundDecided``: the hit rate (``RoundMetrics.hit_rate``) is the share of the flips the
+previous round's ships predicted (on tasks this round ran) that happened; attribution is the share
 of those realised flips on which the shipped processor's group acted.
 """
 

@@ -6,7 +6,9 @@ to the tasks of its variant. A candidate that gains tasks in some clusters and l
 others is forked into a new variant serving the clusters where it gains. When the pool is
 full the weakest variant is retired first: one serving no cluster, else the one with the
 lowest pass rate on its tasks in the last round. The root variant (``v0``) is never
-retired: it serves every cluster no other variant serves. ``global`` keeps ``v0`` alone.
+retired. A cluster no variant serves runs under the live variant with the best success
+on that cluster's tasks, else (a cluster not run yet) the best overall success
+(``RunLedger.unserved``; the root until a round has run). ``global`` keeps ``v0`` alone.
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ STRATEGIES: tuple[Strategy, ...] = ("global", "ensemble")
 def route(state: RunState, tasks: Iterable[str]) -> dict[str, list[str]]:
     """Variant -> the tasks it runs, each task by its cluster's route (variants in name order)."""
     out: dict[str, list[str]] = defaultdict(list)
+    routes: dict[str, str] = {}  # one route per cluster: an unserved one weighs every variant's evidence
     for task in tasks:
-        out[state.route(cluster_of(task))].append(task)
+        cluster = cluster_of(task)
+        if cluster not in routes:
+            routes[cluster] = state.route(cluster)
+        out[routes[cluster]].append(task)
     return dict(sorted(out.items()))
 
 
@@ -42,8 +48,10 @@ def weakest(state: RunState, latest: Sequence[TaskDigest]) -> str | None:
     live = [v for v in state.live() if v != root]
     if not live:
         return None
-    serving = {v: [c for c, rv in state.routing.items() if rv == v] for v in live}
-    idle = sorted(v for v, clusters in serving.items() if not clusters)
+    routes = {c: state.route(c) for c in state.ledger.clusters()}
+    serving = {v: [c for c, rv in routes.items() if rv == v] for v in live}
+    unserved = state.ledger.unserved()  # a cluster not run yet would run under it: not idle
+    idle = sorted(v for v, clusters in serving.items() if not clusters and v != unserved)
     if idle:
         return idle[0]
     rate: dict[str, float] = {}

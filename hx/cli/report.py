@@ -34,9 +34,10 @@ REPORTS = Path("reports")
 def report_command(app: App, run_id: str, out: Path | None, every_eval: bool) -> None:
     """Write RUN's report to DIR: report.html (self-contained) and one PNG per figure.
 
-    The figures (evolution curves, lever mix, hit-rate heatmap, ships and regressions, and
-    for a co-evolution run the learner's curves) are folded from the run's ledger on
-    HX_LEDGER and its learner records on HX_LEARN. The "Eval suite" section (each eval's
+    The figures (evolution curves, lever mix, hit rate = realised / predicted flips, ship
+    rate = shipped / proposed candidates, ships and regressions, and for a co-evolution run
+    the learner's curves) are folded from the run's ledger on HX_LEDGER and its learner
+    records on HX_LEARN. The "Eval suite" section (each eval's
     composite with its interval over time, the latest eval's per-task scores) shows the evals
     that judged RUN and "Experiments" the experiments whose spec names RUN; --evals shows every
     eval and experiment on the log. A section with nothing to show is left out. The same log

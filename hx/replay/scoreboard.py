@@ -40,6 +40,9 @@ class EvolutionReport:
     variants: dict[str, str] = field(default_factory=dict)
     """Live variant -> its harness digest."""
     routing: dict[str, str] = field(default_factory=dict)
+    """Task cluster (every one the run routed or ran) -> the variant it runs under (``RunLedger.route``)."""
+    unserved: str = ""
+    """The variant a cluster not run yet would run under (``RunLedger.unserved``: the best overall success)."""
     learner: list[Any] = field(default_factory=list)
     """Co-evolution: the learner's records (``PolicyUpdated``, ``UpdateSkipped``, ``PolicyGated``), in order."""
     policy: str = ""
@@ -65,6 +68,7 @@ def report(ledger: RunLedger, seconds: dict[int, float]) -> EvolutionReport:
         run_id=ledger.run_id, status=ledger.finished.status if ledger.finished else "unfinished", rounds=rows,
         heldout_before=next((h for h in held if h.round == -1), None),
         heldout_after=held[-1] if len(held) > 1 else None,
-        variants={n: v.digest for n, v in ledger.active().items()}, routing=dict(ledger.routing),
+        variants={n: v.digest for n, v in ledger.active().items()},
+        routing={c: ledger.route(c) for c in ledger.clusters()}, unserved=ledger.unserved(),
         heldout_split=", ".join(sorted({TaskId.parse(t).split for t in ledger.opened.settings.get("heldout", ())}))
         or "test")

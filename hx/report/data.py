@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hx.aegis import levers
 from hx.replay.scoreboard import EvolutionReport, report
 from hx.report.evals import EvalData
 from hx.report.export import curves
@@ -46,7 +47,11 @@ class RoundFigures:
     passed: dict[str, int]
     """Bucket -> of those, candidates that passed the gate."""
     shipped: dict[str, int]
-    """Bucket -> of those, candidates shipped or forked this round."""
+    """Bucket -> of those, candidates shipped or forked this round (``shipped / proposed``: the ship rate)."""
+    predicted: dict[str, int]
+    """Bucket -> flips predicted by this round's ships touching it, on tasks the next round ran."""
+    realised: dict[str, int]
+    """Bucket -> of those, flips that happened (``realised / predicted``: the hit rate, as ``levers.ship_outcome``)."""
     ships: int
     """Harness ships (``ledger.harness_shipped``) this round."""
     forks: int
@@ -137,13 +142,22 @@ def round_figures(fold: RunFold, rnd: RoundRecords, curve: dict[str, Any]) -> Ro
             proposed[bucket] += 1
             passed[bucket] += bool(gate is not None and gate.passed)
             shipped[bucket] += cid in shipped_ids
+    predicted: Counter[str] = Counter()
+    realised: Counter[str] = Counter()
+    for ship in fold.state.ships:
+        if ship.round == rnd.round:
+            p, r = levers.ship_outcome(fold.state, ship)
+            for bucket in ship.buckets:
+                predicted[bucket] += p
+                realised[bucket] += r
     metrics = rnd.decided.metrics if rnd.decided else None
     return RoundFigures(
         round=rnd.round, outcome=str(curve["outcome"] or "undecided"), pass_at_k=curve["pass_at_k"],
         variants={v: solved[v] / n for v, n in tasks.items()},
         lever_mix={b: (metrics.lever_mix.get(b, 0) if metrics else 0) for b in BUCKETS},
         proposed={b: proposed[b] for b in BUCKETS}, passed={b: passed[b] for b in BUCKETS},
-        shipped={b: shipped[b] for b in BUCKETS},
+        shipped={b: shipped[b] for b in BUCKETS}, predicted={b: predicted[b] for b in BUCKETS},
+        realised={b: realised[b] for b in BUCKETS},
         ships=sum(s.kind == "ship" for s in rnd.ships),
         forks=sum(s.kind == "fork" for s in rnd.ships), retirements=len(rnd.retired),
         regressions=int(curve["regressions"] or 0), shipped_names=tuple(c for s in rnd.ships for c in s.candidates))

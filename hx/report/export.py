@@ -284,7 +284,9 @@ def index(fold: RunFold, files: Mapping[str, str], trajectories: TrajectoryFiles
     variants = table(["variant", "parent", "born in round", "retired", "harness"],
                      [[v.name, v.parent or "-", v.born if v.born >= 0 else "-", "yes" if v.retired else "no",
                        v.harness.digest] for v in state.variants.values()])
-    routing = table(["cluster", "variant"], sorted(state.routing.items()))
+    ledger = fold.ledger
+    routing = table(["cluster", "variant"], [*([c, ledger.route(c)] for c in ledger.clusters()),
+                                             ["(a cluster not run yet)", ledger.unserved()]])
     held = table(["after round", "tasks", "pass@1", "pass@2"],
                  [["before" if h.round < 0 else h.round, h.tasks, rate(h.pass_at_1), rate(h.pass_at_2)]
                   for h in fold.heldout])

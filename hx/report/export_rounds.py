@@ -211,7 +211,7 @@ def metrics_table(m: RoundMetrics) -> str:
     return table(["figure", "value"], [
         ["tasks", m.tasks], ["passes (pass@k)", m.passes], ["pass@k", rate(m.pass_at_k)],
         ["flips predicted by the last round's ships", m.predicted], ["realised", m.realised],
-        ["ship prediction accuracy", rate(m.ship_prediction_accuracy)], ["attribution", rate(m.attribution)],
+        ["hit rate (realised / predicted)", rate(m.hit_rate)], ["attribution", rate(m.attribution)],
         ["regressions", m.regressions], ["shipped edits per bucket", m.lever_mix or "-"], ["rollouts", m.rollouts]])
 
 

@@ -136,15 +136,11 @@ def lever_mix(data: ReportData) -> Plot:
     return Plot("lever_mix", "Lever mix by bucket", caption, _draw(_width(len(rounds)) + 1.5, HEIGHT, paint))
 
 
-# --- hit-rate heatmap ----------------------------------------------------------------------------------------
+# --- ship-rate and hit-rate heatmaps -------------------------------------------------------------------------
 
 
-def _share(r: RoundFigures, bucket: str) -> float:
-    return r.shipped[bucket] / r.proposed[bucket] if r.proposed[bucket] else math.nan
-
-
-def hit_rate(data: ReportData) -> Plot:
-    """Bucket x round: the share of proposed candidates that shipped, with shipped/proposed and gate passes."""
+def _heatmap(data: ReportData, cell: Callable[[RoundFigures, str], tuple[float, str]], label: str) -> bytes:
+    """Bucket x round, each cell coloured by its share (NaN: grey) and, when they fit, labelled with its text."""
     rounds = [r.round for r in data.rounds]
 
     def paint(fig: Figure) -> None:
@@ -155,26 +151,59 @@ def hit_rate(data: ReportData) -> Plot:
             ax.set_xticks([])
             ax.set_xlabel("round")
             return
-        grid = [[_share(r, b) for r in data.rounds] for b in BUCKETS]
+        cells = [[cell(r, b) for r in data.rounds] for b in BUCKETS]
+        grid = [[share for share, _ in row] for row in cells]
         cmap: Colormap = matplotlib.colormaps["YlGn"].with_extremes(bad="#eeeeee")
         image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         ax.set_yticks(range(len(BUCKETS)), list(BUCKETS))
         ax.set_xticks(range(len(rounds)), [str(n) for n in rounds])
         ax.set_xlabel("round")
         if len(rounds) <= ANNOTATE_MAX:
-            for i, b in enumerate(BUCKETS):
-                for j, r in enumerate(data.rounds):
-                    text = f"{r.shipped[b]}/{r.proposed[b]}\ngate {r.passed[b]}" if r.proposed[b] else "-"
-                    dark = not math.isnan(grid[i][j]) and grid[i][j] > 0.6
+            for i, row in enumerate(cells):
+                for j, (share, text) in enumerate(row):
+                    dark = not math.isnan(share) and share > 0.6
                     ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "#222222")
         bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
-        bar.set_label("shipped / proposed")
+        bar.set_label(label)
 
-    caption = ("Hit rate per bucket and round: each cell is coloured by the share of the round's proposed "
-               "candidates touching that bucket that shipped (or forked a variant); the numbers are shipped/proposed "
-               "and, below, how many passed the gate. Grey cells: nothing proposed in that bucket. A candidate "
+    return _draw(_width(len(rounds)), 3.6, paint)
+
+
+def ship_cell(r: RoundFigures, bucket: str) -> tuple[float, str]:
+    """One ship-rate cell: shipped over proposed candidates touching ``bucket`` (NaN: none proposed), and its text."""
+    if not r.proposed[bucket]:
+        return math.nan, "-"
+    return r.shipped[bucket] / r.proposed[bucket], f"{r.shipped[bucket]}/{r.proposed[bucket]}\ngate {r.passed[bucket]}"
+
+
+def ship_rate(data: ReportData) -> Plot:
+    """Bucket x round: the ship rate, the share of proposed candidates that shipped, with gate passes."""
+    caption = ("Ship rate (shipped / proposed candidates) per bucket and round: each cell is coloured by the share "
+               "of the round's proposed candidates touching that bucket that shipped (or forked a variant); the "
+               "numbers are shipped/proposed and, below, how many passed the gate. Grey cells: nothing proposed in "
+               "that bucket. A candidate touching several buckets counts in each. Not the hit rate, which is "
+               "realised over predicted flips.")
+    return Plot("ship_rate", "Ship rate (shipped / proposed), bucket x round", caption,
+                _heatmap(data, ship_cell, "shipped / proposed"))
+
+
+def hit_cell(r: RoundFigures, bucket: str) -> tuple[float, str]:
+    """One hit-rate cell: realised over predicted flips of ships touching ``bucket`` (NaN: none tested), its text."""
+    if not r.predicted[bucket]:
+        return math.nan, f"{r.shipped[bucket]} shipped" if r.shipped[bucket] else "-"
+    return r.realised[bucket] / r.predicted[bucket], f"{r.realised[bucket]}/{r.predicted[bucket]}"
+
+
+def hit_rate(data: ReportData) -> Plot:
+    """Bucket x round: the hit rate of the round's ships, realised over predicted flips (as ``levers.hit_rates``)."""
+    caption = ("Hit rate (realised / predicted flips) per bucket and shipping round: of the flips the round's ships "
+               "touching that bucket predicted, on tasks the next round ran, the share that happened (the task was "
+               "solved); the numbers are realised/predicted. The same definition as the levers' hit rate, the "
+               "critic's, scoreboard.json's and each round's metrics (where round t reports round t-1's ships). "
+               "Grey cells: no predicted flip was tested (nothing shipped, or the next round has not run). A ship "
                "touching several buckets counts in each.")
-    return Plot("hit_rate", "Hit-rate heatmap (bucket x round)", caption, _draw(_width(len(rounds)), 3.6, paint))
+    return Plot("hit_rate", "Hit rate (realised / predicted flips), bucket x round", caption,
+                _heatmap(data, hit_cell, "realised / predicted flips"))
 
 
 # --- timeline ------------------------------------------------------------------------------------------------
@@ -308,6 +337,6 @@ def eval_suite(evals: EvalData) -> Plot:
 def figures(data: ReportData) -> list[Plot]:
     """Every figure of a run's report, in page order (the learner's only for a co-evolution run, the eval suite's
     only when evals are shown)."""
-    plots = [evolution(data), lever_mix(data), hit_rate(data), timeline(data)]
+    plots = [evolution(data), lever_mix(data), hit_rate(data), ship_rate(data), timeline(data)]
     plots += [learner(data)] if data.coevolution else []
     return [*plots, eval_suite(data.evals)] if data.evals.evals else plots

@@ -182,10 +182,12 @@ def digests_text(digests: Sequence[TaskDigest], cap: int = MAX_DIGESTS) -> str:
 def harnesses_text(context: Context) -> str:
     """Each live variant's harness as YAML, with the clusters routed to it."""
     out = []
+    ledger = context.state.ledger
+    routes, unserved = {c: ledger.route(c) for c in ledger.clusters()}, ledger.unserved()
     for name, variant in sorted(context.state.live().items()):
-        clusters = sorted(c for c, v in context.state.routing.items() if v == name)
-        routed = _names(clusters) if clusters else "every cluster not routed elsewhere" if name == \
-            context.state.opened.variant else "none"
+        clusters = sorted(c for c, v in routes.items() if v == name)
+        others = "any cluster not run yet" if name == unserved else ""
+        routed = ", ".join(x for x in (_names(clusters) if clusters else "", others) if x) or "none"
         body = yaml.safe_dump(variant.harness.to_dict(), sort_keys=False)
         out.append(f"## Variant {name} (digest {variant.harness.digest[:19]}; serves: {routed})\n```yaml\n{body}```")
     return "\n".join(out)
