@@ -288,3 +288,19 @@ def keep_rule(difference: Interval) -> Verdict:
     if difference.below(0.0):
         return Verdict.DISCARD
     return Verdict.INCONCLUSIVE
+
+
+def rate_difference(candidate: tuple[int, int], base: tuple[int, int], confidence: float = CONFIDENCE) -> Interval:
+    """Pass rate of ``candidate`` minus that of ``base`` (each ``(passes, attempts)``, independent samples), with
+    Newcombe's hybrid score interval: built from the two Wilson intervals, so it stays inside [-1, 1] and is not
+    degenerate at 0 or all passes. One end at ``c`` two-sided is a one-sided bound at ``(1 + c) / 2``.
+
+    >>> d = rate_difference((5, 20), (20, 20), confidence=0.90)
+    >>> round(d.estimate, 2), d.high < 0
+    (-0.75, True)
+    """
+    c, b = pass_rate(*candidate, confidence=confidence), pass_rate(*base, confidence=confidence)
+    d = c.estimate - b.estimate
+    low = d - float(np.hypot(c.estimate - c.low, b.high - b.estimate))
+    high = d + float(np.hypot(c.high - c.estimate, b.estimate - b.low))
+    return Interval(_exact(d), _exact(max(low, -1.0)), _exact(min(high, 1.0)), confidence, "newcombe hybrid score")

@@ -13,6 +13,7 @@ from hx.intervals import (
     ordinal_median,
     paired_difference,
     pass_rate,
+    rate_difference,
     standardised_difference,
     task_mean,
 )
@@ -167,3 +168,13 @@ def test_an_interval_end_that_is_zero_reads_zero_not_rounding_noise() -> None:
     assert diff.low == 0.0 and diff.high > 0.0
     assert keep_rule(diff) is Verdict.INCONCLUSIVE
     assert keep_rule(Interval(0.1, 0.0, 0.2, 0.95, "bootstrap")) is Verdict.INCONCLUSIVE
+
+
+@pytest.mark.parametrize(("candidate", "base", "low", "high"), [
+    ((56, 70), (48, 80), 0.0524, 0.3339), ((9, 10), (3, 10), 0.1705, 0.8090), ((10, 10), (0, 10), 0.6075, 1.0)])
+def test_a_difference_of_two_pass_rates_has_newcombes_hybrid_score_interval(
+        candidate: tuple[int, int], base: tuple[int, int], low: float, high: float) -> None:
+    # Newcombe (1998), Statistics in Medicine 17:873-890, table II, method 10
+    d = rate_difference(candidate, base)
+    assert (round(d.low, 4), round(d.high, 4)) == (low, high)
+    assert d.estimate == pytest.approx(candidate[0] / candidate[1] - base[0] / base[1])
