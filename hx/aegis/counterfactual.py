@@ -148,7 +148,8 @@ def offers(tools: Sequence[ToolSchema], call: ToolCall) -> bool:
 
 async def paths(harness: HarnessConfig, records: Sequence[Record]) -> Paths:
     """Check one passing attempt's winning actions (``hx.aegis.winning``) under ``harness``'s pipelines."""
-    winning = {(w.step, w.call.id): w for w in winning_steps(records)}
+    winning = winning_steps(records)
+    index = {(w.step, w.call.id): i for i, w in enumerate(winning)}
     if not winning:
         return Paths()
     calling = _calling(harness)
@@ -157,6 +158,7 @@ async def paths(harness: HarnessConfig, records: Sequence[Record]) -> Paths:
     pipes = _pipes(harness)
     started: set[str] | None = None  # the tools the candidate's task_start keeps
     offer: dict[int, tuple[BeforeModel | None, BeforeModel | None]] = {}  # step -> (recorded, candidate's)
+    skip = -1  # the winning actions up to this one are bypassed by a shortcut the candidate offered
     for emitted, expected in _passes(records):
         hook = HOOK_OF[type(emitted.event)]
         try:
@@ -166,7 +168,7 @@ async def paths(harness: HarnessConfig, records: Sequence[Record]) -> Paths:
                 return Paths(len(winning), unchecked=f"step {emitted.step} {hook}: a processor could not run "
                                                      f"without its services ({exc})")
             # the attempt ends there, before its success: the path is closed at the next winning action
-            ahead = [w for w in winning.values() if w.step >= emitted.step] if hook != "task_end" else []
+            ahead = [w for w in winning if w.step >= emitted.step] if hook != "task_end" else []
             return Paths(len(winning), ClosedPath(emitted.step, ahead[0].action if ahead else "",
                                                   f"the candidate interrupts the attempt at {hook}"))
         event = emitted.event
@@ -176,11 +178,28 @@ async def paths(harness: HarnessConfig, records: Sequence[Record]) -> Paths:
             recorded, narrowed = expected[-1] if expected else None, produced[-1] if produced else None
             offer[emitted.step] = (recorded if isinstance(recorded, BeforeModel) else None,
                                    narrowed if isinstance(narrowed, BeforeModel) else None)
-        elif isinstance(event, BeforeTool) and (win := winning.get((emitted.step, event.call.id))) is not None:
-            how = _closed(win, event, started, offer.get(emitted.step, (None, None)), produced)
-            if how:
+        elif isinstance(event, BeforeTool) and index.get((emitted.step, event.call.id), -1) > skip:
+            i = index[(emitted.step, event.call.id)]
+            win, (recorded, narrowed) = winning[i], offer.get(emitted.step, (None, None))
+            how = _closed(win, event, started, (recorded, narrowed), produced)
+            if how.startswith("no longer offered") and (goal := _shortcut(winning, i, narrowed)) is not None:
+                skip = goal
+            elif how:
                 return Paths(len(winning), ClosedPath(win.step, win.action, how))
     return Paths(len(winning))
+
+
+def _shortcut(winning: Sequence[WinningStep], i: int, candidate: BeforeModel | None) -> int | None:
+    """The next goal action after winning action ``i``, when the candidate offers it instead (its index), else None.
+
+    The recorded path may change state on its way without need (a door closed before the coin
+    is taken): a candidate that narrows such a step to the very action that scored next offers
+    a shorter way to the same goal, not a closed one.
+    """
+    goal = next((j for j in range(i, len(winning)) if winning[j].goal), None)
+    if goal is None or goal == i or candidate is None or not offers(candidate.tools, winning[goal].call):
+        return None
+    return goal
 
 
 def _closed(win: WinningStep, event: BeforeTool, started: set[str] | None,

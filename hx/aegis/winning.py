@@ -44,7 +44,12 @@ class WinningStep:
     call: ToolCall
     """The call as the tool ran it (after the recorded harness's before_tool)."""
     why: str
-    """``score 0 -> 1`` or ``state changed``."""
+    """``score 0 -> 1``, ``success`` or ``state changed``."""
+
+    @property
+    def goal(self) -> bool:
+        """True when the action scored or succeeded (more than a change of state)."""
+        return self.why != "state changed"
 
     @property
     def action(self) -> str:
@@ -84,7 +89,7 @@ def loop_erased(start: str, moves: Sequence[tuple[str, int]]) -> list[int]:
 def winning_steps(records: Sequence[Record]) -> tuple[WinningStep, ...]:
     """The winning actions of one attempt, from its records in log order (none without observations)."""
     start: str | None = None
-    score = 0.0
+    score, success = 0.0, False
     pending: ToolInvoked | None = None
     moves: list[tuple[str, int]] = []
     calls: dict[int, tuple[ToolInvoked, str]] = {}
@@ -97,11 +102,12 @@ def winning_steps(records: Sequence[Record]) -> tuple[WinningStep, ...]:
             if start is None:
                 start = state
             if pending is not None:  # the observation the call left behind
-                why = f"score {score:g} -> {event.score:g}" if event.score != score else "state changed"
+                why = (f"score {score:g} -> {event.score:g}" if event.score != score else
+                       "success" if event.success and not success else "state changed")
                 calls[len(moves)] = (pending, why)
                 moves.append((state, len(moves)))
                 pending = None
-            score = event.score
+            score, success = event.score, event.success
     if start is None:
         return ()
     kept = set(loop_erased(start, moves))
