@@ -117,6 +117,18 @@ def steps_taken(records: Sequence[Record]) -> list[tuple[int, str, bool]]:
     return out
 
 
+def states_after(records: Sequence[Record]) -> list[str]:
+    """The room description, inventory and score after each action of an attempt, from its trace."""
+    out, called = [], False
+    for r in records:
+        if isinstance(r.event, ToolInvoked):
+            called = True
+        elif isinstance(r.event, EnvObservation) and called:
+            out.append(f"{r.event.info.get('look')}|{r.event.info.get('inventory')}|{r.event.score}")
+            called = False
+    return out
+
+
 def candidate(ops: tuple[AnyEditOp, ...]) -> CandidateProposed:
     """A complete proposal of ``ops`` on the starter harness."""
     m = Manifest(intended_effect="prune actions", categories=("no_progress",), predicted_flips=(TASKS[-1],),
@@ -177,3 +189,6 @@ async def test_a_random_walks_detours_and_no_ops_are_not_winning(conn: Connectio
         assert winning and winning[-1].step == taken[-1][0]  # the success itself wins
         assert {w.step for w in winning} <= {step for step, _, changed in taken if changed}  # no no-op
         assert len(winning) < len(taken)  # a random walk wanders: not every step is on the path
+        reached = [after for (step, _, _), after in zip(taken, states_after(records), strict=True)
+                   if step in {w.step for w in winning}]
+        assert len(set(reached)) == len(reached)  # the path never comes back to a state: its loops are erased
