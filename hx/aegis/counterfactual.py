@@ -24,8 +24,9 @@ pipelines are fed the attempt's emitted events in order, to the end (processors 
 over an attempt), and at every winning action the candidate must still offer it (its
 before_model output keeps the call in the offer wherever the recorded one did; task_start
 keeps its tool) and let it run as it ran (its before_tool output approves the same call),
-and it must not interrupt the attempt. A winning action closed is a path the recorded model
-could no longer take: the gate rejects the candidate, naming task, attempt and step.
+and it must not interrupt the attempt. Narrowing a winning step to the action that scored
+next on the path is a shortcut, not a closure. A winning action closed is a path the recorded
+model could no longer take: the gate rejects the candidate, naming task, attempt and step.
 """
 
 from __future__ import annotations
