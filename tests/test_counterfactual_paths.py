@@ -163,7 +163,11 @@ async def test_a_candidate_that_stops_offering_a_winning_action_is_rejected_nami
 
 async def test_pruning_only_actions_that_change_nothing_keeps_every_path_open(
         conn: Connection, twx: Benchmark, drop_actions: str) -> None:
-    """"look around" and "inventory" were played in the solved attempts, yet never win: dropping them closes none."""
+    """"look around" and "inventory" were played in the solved attempts, yet never win: dropping them closes none.
+
+    Nor do the pruning levers that remember the attempt's refused, repeated or undone actions:
+    fed the winning path walked straight, they have no wandering to hold against it.
+    """
     trials, passing = await main_round(conn, twx)
     played = [(step, action) for rs in passing.values() for step, action, changed in steps_taken(rs)
               if action in ("look around", "inventory")]
@@ -171,9 +175,10 @@ async def test_pruning_only_actions_that_change_nothing_keeps_every_path_open(
     assert not any(changed for rs in passing.values() for _, action, changed in steps_taken(rs)
                    if action in ("look around", "inventory"))
     assert all(w.action not in ("look around", "inventory") for rs in passing.values() for w in winning_steps(rs))
-    for ops in ((Attach(processor=drop_actions, hooks=("before_model",),
-                        params={"prefixes": ["look", "inventory"]}),),
-                (Attach(processor="task_objects", hooks=processor_type("task_objects").accepted_hooks()),)):
+    levers = [(Attach(processor=drop_actions, hooks=("before_model",), params={"prefixes": ["look", "inventory"]}),)]
+    levers += [(Attach(processor=name, hooks=processor_type(name).accepted_hooks()),)
+               for name in ("task_objects", "action_pruner", "undo_guard")]  # they remember what was tried
+    for ops in levers:
         passed, detail = decide(await trials.counterfactual(apply(BASE, ops), "v0"))
         assert passed, detail
         assert detail.startswith(f"{len(passing)} attempts replayed: {len(passing)} paths kept open, 0 closed; "), \

@@ -19,9 +19,12 @@ A harness holding a processor that calls a model itself (``Processor.calls_model
 judge) is not replayed at all: ``diverged``, since the replay makes no model call.
 
 ``diverged`` concludes nothing, and every narrowing edit diverges. So each replayed attempt
-is also checked for the *winning path* it recorded (``hx.aegis.winning``): the candidate's
-pipelines are fed the attempt's emitted events in order, to the end (processors keep state
-over an attempt), and at every winning action the candidate must still offer it (its
+is also checked for the *winning path* it recorded (``hx.aegis.winning``): fresh candidate
+pipelines are fed, in order, the emitted events of the attempt's start, of every step that
+took a winning action, and of its end: the attempt as if the model had walked the winning
+path straight, without the detours and no-ops (a processor keeps state over an attempt, and
+one that remembers what was tried would otherwise hold the random walk's wandering against
+the path). At every winning action the candidate must still offer it (its
 before_model output keeps the call in the offer wherever the recorded one did; task_start
 keeps its tool) and let it run as it ran (its before_tool output approves the same call),
 and it must not interrupt the attempt. Narrowing a winning step to the action that scored
@@ -160,7 +163,10 @@ async def paths(harness: HarnessConfig, records: Sequence[Record]) -> Paths:
     started: set[str] | None = None  # the tools the candidate's task_start keeps
     offer: dict[int, tuple[BeforeModel | None, BeforeModel | None]] = {}  # step -> (recorded, candidate's)
     skip = -1  # the winning actions up to this one are bypassed by a shortcut the candidate offered
+    on_path = {0} | {w.step for w in winning}  # step 0: task_start and task_end
     for emitted, expected in _passes(records):
+        if emitted.step not in on_path:
+            continue
         hook = HOOK_OF[type(emitted.event)]
         try:
             produced = await pipes[hook].run(emitted.event, emitted.step)
