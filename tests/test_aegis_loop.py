@@ -189,16 +189,16 @@ class Idle(Evolver):
         return []
 
 
-async def test_an_edit_that_helps_one_cluster_and_hurts_another_forks(nats_url: str) -> None:
+async def test_an_edit_that_closes_a_winning_path_is_rejected_not_forked(nats_url: str) -> None:
+    """task_objects rings the bell at once: a solved bell attempt's winning path closed, the gate rejects it before
+    any fork (a fork takes only a seesaw failure; a closed path is a regression the candidate causes)."""
     async with connect(NatsSettings(url=nats_url)) as conn:
         records = await evolve(conn, "evo-fork", evolver=Fixed("task_objects"), rounds=2)
-        roles = await round_roles(conn.log, "evo-fork")
-    [fork] = of(records, VariantForked)
-    assert fork.parent == "v0" and fork.variant == "v1" and fork.clusters == ("toyworld:rooms",)
-    assert not of(records, HarnessShipped)  # not shipped to v0: it would have broken the bell game
-    main = {(s.stage_round, s.variant): s.task_ids for s in roles.values() if s.purpose == "main"}
-    assert all(t.startswith("toyworld:rooms") for t in main[(1, "v1")])  # rooms now run under the fork
-    assert all(t.startswith("toyworld:bell") for t in main[(1, "v0")])
+    judged = of(records, GateJudged)
+    assert judged and all(j.first_failure == "counterfactual" and j.outcome == "reject" for j in judged)
+    assert all("toyworld:bell:" in j.checks[-1].detail and " no longer offered" in j.checks[-1].detail
+               for j in judged)
+    assert not of(records, VariantForked) and not of(records, HarnessShipped)
 
 
 @pytest.mark.slow

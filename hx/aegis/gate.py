@@ -9,7 +9,8 @@
    consecutive actions of a gold solution, or a verifier's answer.
 5. ``counterfactual``: the candidate's processors, replayed over recorded attempts of
    solved tasks (no model, no environment: ``hx.aegis.counterfactual``), change nothing
-   that happens while the model's input stays the same.
+   that happens while the model's input stays the same, and close no recorded winning path
+   (every winning action still offered and run as it ran).
 6. ``seesaw`` and 7. ``effect``, on the candidate's fresh attempts (``GateTrials.fresh``), and a
    fork for a split edit: the rule itself is ``hx.gate.rule``, which the audit applies again to
    every recorded verdict. Between the two, when the run asks for it, ``interval``: the paired
@@ -27,6 +28,7 @@ from typing import Protocol
 
 import msgspec
 
+from hx.aegis.counterfactual import Replayed, decide
 from hx.aegis.operations import strings_in
 from hx.gate.interval import IntervalMode
 from hx.gate.rule import Fresh, Verdict, effect, paired
@@ -40,8 +42,8 @@ from schemas.ledger import CandidateProposed
 class GateTrials(Protocol):
     """What the gate needs run: replays and fresh attempts (``hx.aegis.trials.Trials`` provides them)."""
 
-    async def counterfactual(self, harness: HarnessConfig, variant: str) -> list[tuple[str, str, str]]:
-        """(attempt, ``same``/``diverged``/``changed``, where) for solved attempts replayed under ``harness``."""
+    async def counterfactual(self, harness: HarnessConfig, variant: str) -> list[Replayed]:
+        """Solved attempts replayed under ``harness``: each one's verdict and winning path."""
 
     async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str], *,
                     base_harness: HarnessConfig | None = None, rule: SequentialRule | None = None) -> Fresh:
@@ -135,14 +137,7 @@ async def judge(candidate: CandidateProposed, build: Callable[[], HarnessConfig]
     leak = forbidden.found(assets)
     if not v.add("leakage", not leak, f"an asset holds {leak!r}" if leak else "clean"):
         return v
-    replayed = await trials.counterfactual(harness, candidate.variant)
-    changed = [(a, where) for a, verdict, where in replayed if verdict == "changed"]
-    kept = sum(1 for _, verdict, _ in replayed if verdict == "same")
-    if not v.add("counterfactual", not changed,
-                 f"{len(changed)} of {len(replayed)} replayed attempts may change outcome, e.g. {changed[0][0]} "
-                 f"({changed[0][1]})" if changed else
-                 f"{len(replayed)} replayed: {kept} unchanged, {len(replayed) - kept} diverge (the model's input "
-                 "changes: no evidence either way)"):
+    if not v.add("counterfactual", *decide(await trials.counterfactual(harness, candidate.variant))):
         return v
     return await _seesaw(v, candidate, base, harness, trials, allow_fork, interval, suite, rule)
 

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hx.aegis.counterfactual import replay
+from hx.aegis.counterfactual import Replayed, paths, replay
 from hx.aegis.errors import LedgerConflict
 from hx.environments.errors import RunExists
 from hx.environments.registry import Benchmark
@@ -100,8 +100,8 @@ class Trials:
         """The variant's tasks solved in the current round's main rollout."""
         return [d.task for d in self.digests.get(variant, ()) if d.solved]
 
-    async def counterfactual(self, harness: HarnessConfig, variant: str) -> list[tuple[str, str, str]]:
-        """(attempt, verdict, where) for solved attempts of the variant's main rollout replayed under ``harness``."""
+    async def counterfactual(self, harness: HarnessConfig, variant: str) -> list[Replayed]:
+        """Solved attempts of the variant's main rollout replayed under ``harness``: verdicts and winning paths."""
         source = self.main_rounds.get(variant)
         if source is None:
             return []
@@ -112,11 +112,11 @@ class Trials:
         records: dict[str, list[Record]] = {subject: [] for subject in attempts}
         async for record in self.log.read(TRACE.name, subjects=list(attempts)):  # one read for every attempt
             records[record.subject].append(record)
-        out: list[tuple[str, str, str]] = []
+        out: list[Replayed] = []
         for subject, name in attempts.items():
             if any(isinstance(r.event, AttemptFinished) and r.event.passed for r in records[subject]):
                 verdict, where = await replay(harness, records[subject])
-                out.append((name, verdict, where))
+                out.append(Replayed(name, verdict, where, await paths(harness, records[subject])))
         return out
 
     async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str], *,
