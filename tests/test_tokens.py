@@ -102,8 +102,8 @@ def test_an_llm_round_records_each_stage_and_each_task_on_the_ledger_export_and_
     rows = [json.loads(line) for line in (out / "data" / "tokens.jsonl").read_text().splitlines()]
     assert {r["stage"]: (r["input_tokens"], r["output_tokens"]) for r in rows if r["kind"] == "meta"} == {
         **{s: (0, 0) for s in META_STAGES}, "digester": (1200, 90), "evolver": (4200, 380)}
-    assert {r["task"]: r["input_tokens"] for r in rows if r["kind"] == "agent"} == {
-        None: 10 * len(responses), **{t: 10 * n for t, n in calls.items()}}
+    per_task: dict[str | None, int] = {None: 10 * len(responses), **{t: 10 * n for t, n in calls.items()}}
+    assert {r["task"]: r["input_tokens"] for r in rows if r["kind"] == "agent"} == per_task
     [curve] = json.loads((out / "curves.json").read_text())["rounds"]
     assert curve["tokens"]["meta"]["evolver"]["output_tokens"] == 380
     assert curve["tokens"]["agent"]["input_tokens"] == 10 * len(responses)
@@ -139,7 +139,7 @@ def test_an_offline_round_records_zeros_not_blanks(nats_url: str, tmp_path: Path
     assert "<td>0 / 0</td>" in html[html.index('<h2 id="tokens">'):]
 
 
-def test_a_decision_recorded_before_tokens_keeps_its_digest_and_shows_no_figures() -> None:
+def test_a_decision_recorded_before_tokens_keeps_its_digest() -> None:
     """A ledger written before hx counted tokens still chains: its body has no ``tokens`` key, and none is added."""
     new = RoundDecided(run_id="r", round=0, outcome="no_candidate", metrics=RoundMetrics(tasks=3, rollouts=3))
     body = msgspec.msgpack.decode(msgspec.msgpack.encode(new))
