@@ -19,6 +19,7 @@ from schemas.envelope import encode_body
 from schemas.event import Event, Payload
 from schemas.harness import HarnessSpec
 from schemas.landscape import Landscape, TaskDigest
+from schemas.messages import Usage, summed
 
 RoundOutcome = Literal["below_actionability", "empty_landscape", "no_candidate", "all_rejected", "waiting",
                        "shipped"]
@@ -52,6 +53,27 @@ class TaskFlip(Payload, frozen=True, kw_only=True):
     recorded."""
 
 
+class RoundTokens(Payload, frozen=True, kw_only=True):
+    """The tokens (and provider-reported cost) a round spent: the meta-model per stage, the task agent per task.
+
+    The task agent's figures cover the same attempts as ``RoundMetrics.rollouts``; a stage that made no
+    call (an offline evolver, a random agent) is counted as zeros, never left blank.
+    """
+
+    meta: dict[str, Usage] = {}
+    """Stage (``digester``, ``planner``, ``evolver``, ``revise``, ``critic``) -> its meta-model calls this round;
+    every stage is listed, zeros when it made no call."""
+    agent: Usage = Usage()
+    """Every model call of the round's attempts."""
+    tasks: dict[str, Usage] = {}
+    """Task -> its attempts' calls (empty when a trace round had too many attempts to list them)."""
+
+    @property
+    def meta_total(self) -> Usage:
+        """The meta-model's calls over every stage."""
+        return summed(self.meta.values())
+
+
 class RoundMetrics(Payload, frozen=True, kw_only=True):
     """What a round measured: adaptation pass@k, and how good the loop's predictions were."""
 
@@ -70,6 +92,8 @@ class RoundMetrics(Payload, frozen=True, kw_only=True):
     rollouts: int = 0
     """Attempts this round ran: its main rollouts and its gate evaluations (retries included; held-out rounds and
     co-evolution's policy gate are not), counted on the log from the trace rounds the round cites."""
+    tokens: RoundTokens | None = None
+    """The tokens of the meta-model's stages and of those attempts (None: decided before hx counted tokens)."""
 
     @property
     def hit_rate(self) -> float | None:
@@ -355,6 +379,12 @@ LEDGER_EVENTS: tuple[type[LedgerEvent], ...] = (
 # The digest leaves out ``signature`` (it signs the digest) and an empty ``public_key``: an event written before
 # ledgers were signed digests to the very bytes it was chained by then.
 _plain = msgspec.msgpack.Encoder()  # keeps a map's order: the body's own (fields in order, nested maps sorted)
+_LATER_NESTED = (("metrics", "tokens"),)
+"""Nested fields added later (``RoundMetrics.tokens``): left out of the digest while absent (None), for the same
+reason."""
+_LATER_LISTED: dict[str, dict[str, object]] = {"flips": {"base_attempts": 0, "base_passes": 0, "decision": ""}}
+"""Fields added later to the items of a list (``TaskFlip``'s variant side and decision): left out of the digest
+while they hold their defaults, for the same reason."""
 
 
 def digested_body(event: LedgerEvent) -> bytes:
@@ -364,6 +394,15 @@ def digested_body(event: LedgerEvent) -> bytes:
     for absent in ("public_key", "at_ns"):  # fields added later: their empty values leave old digests as they were
         if fields.get(absent) in ("", 0):
             del fields[absent]
+    for outer, inner in _LATER_NESTED:
+        nested = fields.get(outer)
+        if isinstance(nested, dict) and inner in nested and nested[inner] is None:
+            del nested[inner]
+    for outer, defaults in _LATER_LISTED.items():
+        for item in fields.get(outer) or ():
+            for name, default in defaults.items():
+                if isinstance(item, dict) and item.get(name, default) == default:
+                    item.pop(name, None)
     return _plain.encode(fields)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from schemas.event import Event, JsonObject, Payload
+from schemas.messages import Usage
 
 AttemptStatus = Literal["completed", "interrupted", "budget_exhausted", "infra_failure"]
 SCORED_STATUSES: tuple[AttemptStatus, ...] = ("completed", "budget_exhausted")
@@ -72,6 +73,8 @@ class AttemptMark(Payload, frozen=True, kw_only=True):
     task_id: str
     attempt: int
     passed: bool
+    usage: Usage = Usage()
+    """The tokens of the attempt's model calls (its ``AttemptFinished.usage``); zeros before hx counted them."""
 
 
 class RoundFinished(Event, frozen=True, kw_only=True):
@@ -94,6 +97,8 @@ class RoundFinished(Event, frozen=True, kw_only=True):
     passed: int = 0
     outcomes: tuple[AttemptMark, ...] = ()
     """Every attempt's verdict as the log holds it, in task then attempt order (empty in version 1)."""
+    usage: Usage = Usage()
+    """The tokens of every model call of its attempts, kept when ``outcomes`` is left out (zeros: none counted)."""
 
 
 class AttemptStarted(Event, frozen=True, kw_only=True):
@@ -129,3 +134,5 @@ class AttemptFinished(Event, frozen=True, kw_only=True):
     status: AttemptStatus = "completed"
     reason: str = ""
     """Why an attempt was interrupted or failed for infrastructure reasons."""
+    usage: Usage = Usage()
+    """The summed ``usage`` of every ``model.response`` on the attempt's trace (the agent's calls and a judge's)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal, TypeVar
 
 import msgspec
@@ -96,6 +97,21 @@ class Usage(Payload, frozen=True, kw_only=True):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cost_usd: float = 0.0
+
+    def plus(self, other: Usage) -> Usage:
+        """The sum of two calls' (or totals') counts and costs."""
+        return Usage(input_tokens=self.input_tokens + other.input_tokens,
+                     output_tokens=self.output_tokens + other.output_tokens,
+                     cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+                     cost_usd=round(self.cost_usd + other.cost_usd, 6))
+
+
+def summed(usages: Iterable[Usage]) -> Usage:
+    """The total of several calls' usage (zeros for none)."""
+    total = Usage()
+    for usage in usages:
+        total = total.plus(usage)
+    return total
 
 
 class TopLogprob(Payload, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ toy world against the test's own nats-server (as ``test_aegis_gate`` does), wher
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import AsyncIterator
 
@@ -23,7 +24,7 @@ from hx.harness.processor import processor_type
 from hx.replay.ledger_checks import check_decisions
 from hx.replay.trace_checks import check_trace
 from schemas.edits import Attach
-from schemas.ledger import GateJudged, RoundDigested
+from schemas.ledger import GateJudged, RoundDigested, TaskFlip, ledger_digest
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
 
@@ -126,6 +127,8 @@ async def test_a_regression_is_played_out_in_waves_and_the_audit_decides_it_agai
     evidence = next(d.evidence for d in digests if d.evidence)[:1]
     cand = candidate((op,), m=manifest([d.task for d in digests if not d.solved], attribution="task_objects",
                                        evidence=evidence), run_id=run_id)
+    main = trials.main_rounds["v0"]
+    trials.main_rounds.clear()  # no recorded attempt to replay (so no closed path): the fresh attempts decide
     verdict = await gate(cand, trials, rule=RULE)
     assert names(verdict) == list(CHECKS[:-1]) and verdict.first_failure == "seesaw"
     regressed = [f for f in verdict.flips if f.decision == "regressed"]
@@ -137,7 +140,6 @@ async def test_a_regression_is_played_out_in_waves_and_the_audit_decides_it_agai
     waves = len(verdict.trace_rounds) - 1
     assert waves == 2 * (RULE.waves - 1)  # a base round and a candidate round per wave after the first
 
-    main = trials.main_rounds["v0"]
     digested = RoundDigested(run_id=run_id, round=0, actionability=1.0, digests=digests, trace_rounds=(main,))
     recorded = GateJudged(run_id=run_id, round=0, candidate=cand.candidate, variant="v0", passed=False,
                           checks=tuple(verdict.checks), first_failure="seesaw", flips=tuple(verdict.flips),
@@ -158,3 +160,20 @@ async def test_a_regression_is_played_out_in_waves_and_the_audit_decides_it_agai
     forged = ledger_of(run_id, rule, digested, cand, msgspec.structs.replace(recorded, flips=flips))
     [why] = decisions((await check_trace(conn.log, forged)).problems)
     assert why.startswith("event 4 (ledger.gate_judged): its flips are not what the trace rounds it cites show")
+
+
+def test_a_verdict_recorded_before_the_sequential_rule_keeps_its_digest() -> None:
+    """The flips' new fields hold their defaults on an old verdict: its digest is the bytes the older hx chained."""
+    flip = TaskFlip(task="b:g:dev:1", before=True, after=True, attempts=2, passes=1)
+    judged = GateJudged(run_id="r", round=0, candidate="C", variant="v0", passed=False, checks=(), flips=(flip,))
+    body = msgspec.msgpack.decode(msgspec.msgpack.encode(judged))
+    del body["signature"]
+    for absent in ("public_key", "at_ns"):
+        body.pop(absent, None)
+    for item in body["flips"]:  # what the older hx encoded: no variant side, no decision
+        for name in ("base_attempts", "base_passes", "decision"):
+            del item[name]
+    older = "sha256:" + hashlib.sha256(GateJudged.TYPE.encode() + b"\0" + msgspec.msgpack.encode(body)).hexdigest()
+    assert ledger_digest(judged) == older
+    recorded = msgspec.structs.replace(flip, base_attempts=2, base_passes=2, decision="held")
+    assert ledger_digest(msgspec.structs.replace(judged, flips=(recorded,))) != older

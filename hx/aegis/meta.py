@@ -9,6 +9,7 @@ replay sees exactly what the stage asked and was told.
 
 from __future__ import annotations
 
+from hx.aegis.errors import PipelineError
 from hx.runtime.models import ModelConfig
 from hx.runtime.providers.base import CallContext, Completion
 from hx.runtime.router import ModelRouter
@@ -18,6 +19,8 @@ from streams.log import EventLog
 from streams.topology import trace_subject
 
 META_ROLE = "main"
+META_STAGES = ("digester", "planner", "evolver", "revise", "critic")
+"""The stages that may call the meta-model: a round's token figures read these subjects (``hx.aegis.tokens``)."""
 
 
 class MetaAgent:
@@ -33,6 +36,8 @@ class MetaAgent:
     async def complete(self, stage: str, round: int, messages: tuple[Message, ...],
                        tools: tuple[ToolSchema, ...] = (), params: dict[str, object] | None = None) -> Completion:
         """One call for ``stage`` in evolution round ``round``; raises ``ProviderError`` when the chain fails."""
+        if stage not in META_STAGES:
+            raise PipelineError(f"meta-model stage {stage!r} is not one of {', '.join(META_STAGES)}")
         n = self._calls.get((round, stage), 0)
         self._calls[(round, stage)] = n + 1
         subject = trace_subject(self.run_id, round, f"aegis:{stage}", n)

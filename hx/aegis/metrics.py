@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections import Counter
 
 from hx.aegis.state import RunState
-from schemas.ledger import RoundMetrics
+from schemas.ledger import RoundMetrics, RoundTokens
 
 
-def metrics(state: RunState, t: int, rollouts: int) -> RoundMetrics:
-    """The round's figures: adaptation pass@k, last round's ship predictions and attribution, regressions, mix."""
+def metrics(state: RunState, t: int, rollouts: int, tokens: RoundTokens) -> RoundMetrics:
+    """The round's figures: adaptation pass@k, last round's ship predictions and attribution, regressions, mix,
+    and the attempts and tokens it spent."""
     digests = state.digests.get(t, ())
     by_task = {d.task: d for d in digests}
     predicted = realised = attributed = 0
@@ -38,4 +39,4 @@ def metrics(state: RunState, t: int, rollouts: int) -> RoundMetrics:
                         attribution=round(attributed / realised, 4) if realised else None,
                         regressions=sum(1 for d in digests if before.get(d.task) and not d.solved),
                         lever_mix=dict(sorted(Counter(b for s in state.ships for b in s.buckets).items())),
-                        rollouts=rollouts)
+                        rollouts=rollouts, tokens=tokens)

@@ -28,6 +28,7 @@ from hx.environments.errors import BenchmarkError, ResultsError
 from hx.environments.registry import TaskId
 from projections.task_history import pass_at_k
 from schemas.lifecycle import AttemptStatus
+from schemas.messages import Usage
 from streams.redaction import scrub
 
 
@@ -40,6 +41,8 @@ class AttemptOutcome(msgspec.Struct, frozen=True, kw_only=True):
     score: float = 0.0
     steps: int = 0
     status: AttemptStatus = "completed"
+    usage: Usage = Usage()
+    """The tokens of the attempt's model calls."""
 
     @property
     def infra_failure(self) -> bool:

@@ -46,7 +46,7 @@ from projections.runner import ProjectionRunner
 from projections.task_history import TaskHistory, TaskRound
 from schemas.event import Event
 from schemas.lifecycle import AttemptFinished, AttemptMark, RoundFinished, RoundStarted, RunFinished, RunStarted
-from schemas.messages import TaskSpec
+from schemas.messages import TaskSpec, summed
 from schemas.tools import VerifierScore
 from streams.errors import ConcurrencyConflict
 from streams.log import EventLog
@@ -290,7 +290,7 @@ class Rollout:
             "seed": s.seed, "concurrency": s.concurrency, "steps": sum(r.steps for r in results),
             "events": sum(r.events for r in results), "elapsed_s": round_s(elapsed)}
         mine = [AttemptOutcome(task_id=r.task_id, attempt=r.attempt, passed=r.passed, score=r.score, steps=r.steps,
-                               status=r.status) for r in results]
+                               status=r.status, usage=r.usage) for r in results]
         if self.writer is not None:  # the trace went elsewhere: the results are all there is
             await self._finish(subject, run_id, round, mine)
             report = summarise(mine, attempts=s.attempts, task_order=names, source="results", **fields)
@@ -303,10 +303,11 @@ class Rollout:
 
     async def _finish(self, subject: str, run_id: str, round: int, outcomes: Sequence[AttemptOutcome]) -> None:
         """``RoundFinished`` with every attempt's verdict, on the round's own subject (none past ``OUTCOMES_MAX``)."""
-        marks = tuple(AttemptMark(task_id=o.task_id, attempt=o.attempt, passed=o.passed)
+        marks = tuple(AttemptMark(task_id=o.task_id, attempt=o.attempt, passed=o.passed, usage=o.usage)
                       for o in sorted(outcomes, key=lambda o: (o.task_id, o.attempt)))
         finished = RoundFinished(run_id=run_id, round=round, attempts=len(marks), passed=sum(m.passed for m in marks),
-                                 outcomes=marks if len(marks) <= OUTCOMES_MAX else ())
+                                 outcomes=marks if len(marks) <= OUTCOMES_MAX else (),
+                                 usage=summed(m.usage for m in marks))
         await self.log.append(subject, finished, key=_key(subject, finished))
 
     async def _attempts(self, run_id: str, round: int, tids: Sequence[TaskId],
@@ -380,7 +381,7 @@ async def round_outcomes(log: EventLog, run_id: str, round: int) -> list[Attempt
         for attempt, passed in tr.attempts.items():
             ev = finished[(tr.task, int(attempt))]
             out.append(AttemptOutcome(task_id=tr.task, attempt=int(attempt), passed=passed, score=ev.score,
-                                      steps=ev.steps, status=ev.status))
+                                      steps=ev.steps, status=ev.status, usage=ev.usage))
     return out
 
 

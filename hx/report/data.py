@@ -23,7 +23,7 @@ from projections.ledger_records import RoundRecords
 from schemas.edits import BUCKETS
 from schemas.event import Event
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import HeldoutScored, LedgerEvent
+from schemas.ledger import HeldoutScored, LedgerEvent, RoundTokens
 from streams.log import EventLog
 from streams.topology import LEARN, subject_token
 
@@ -61,6 +61,9 @@ class RoundFigures:
     took_s: float | None = None
     """Wall time from the previous round's decision (or the ledger's opening) to this round's, from the signed
     ``at_ns`` of the ledger events (None: undecided, or recorded before hx kept the time)."""
+    tokens: RoundTokens | None = None
+    """The round's tokens per meta-model stage and of the task agent (``RoundMetrics.tokens``; None: undecided, or
+    decided before hx counted tokens)."""
 
 
 @dataclass
@@ -160,7 +163,8 @@ def round_figures(fold: RunFold, rnd: RoundRecords, curve: dict[str, Any]) -> Ro
         realised={b: realised[b] for b in BUCKETS},
         ships=sum(s.kind == "ship" for s in rnd.ships),
         forks=sum(s.kind == "fork" for s in rnd.ships), retirements=len(rnd.retired),
-        regressions=int(curve["regressions"] or 0), shipped_names=tuple(c for s in rnd.ships for c in s.candidates))
+        regressions=int(curve["regressions"] or 0), shipped_names=tuple(c for s in rnd.ships for c in s.candidates),
+        tokens=metrics.tokens if metrics else None)
 
 
 def current_policy(learner: Sequence[Event]) -> str:

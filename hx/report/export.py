@@ -39,6 +39,7 @@ from hx.report.export_rounds import (
     round_files,
     verdict_path,
 )
+from hx.report.export_tokens import curve_tokens, token_rows
 from projections.ledger_records import RoundRecords, Ship
 from schemas.edits import BUCKETS
 from schemas.job import nested_job
@@ -101,7 +102,9 @@ def render(records: Sequence[LedgerEvent], trajectories: TrajectoryFiles | None 
         "scoreboard.json": json_text(scoreboard(fold)), "audit.jsonl": audit(fold.records),
         "data/task_history.jsonl": _jsonl(task_history(fold)),
         "data/ship_outcomes.json": json_text([ship_outcome(fold, s) for s in fold.state.ships]),
-        "data/rejected_candidates.jsonl": _jsonl(rejected(fold))}
+        "data/rejected_candidates.jsonl": _jsonl(rejected(fold)),
+        "data/tokens.jsonl": _jsonl([row for rnd in fold.ordered() for row in token_rows(
+            rnd.round, rnd.decided.metrics.tokens if rnd.decided else None)])}
     for rnd in fold.ordered():
         files |= round_files(fold, rnd, trajectories.get(rnd.round, {}))
     files["INDEX.md"] = index(fold, files, trajectories)
@@ -187,7 +190,8 @@ def rejected(fold: RunFold) -> list[dict[str, Any]]:
 
 
 def curves(fold: RunFold) -> dict[str, Any]:
-    """Per round: adaptation pass@k, tasks, passes, rollouts; held-out figures by round (-1: before the first)."""
+    """Per round: adaptation pass@k, tasks, passes, rollouts, tokens; held-out figures by round (-1: before the
+    first)."""
     rows = []
     for rnd in fold.ordered():
         digests = rnd.digested.digests if rnd.digested else ()
@@ -201,7 +205,8 @@ def curves(fold: RunFold) -> dict[str, Any]:
                      "attribution": m.attribution if m else None,
                      "actionability": rnd.digested.actionability if rnd.digested else None,
                      "variants": sorted({d.variant for d in digests}),
-                     "shipped": list(rnd.decided.shipped) if rnd.decided else []})
+                     "shipped": list(rnd.decided.shipped) if rnd.decided else [],
+                     "tokens": curve_tokens(m.tokens if m else None)})
     held = [{"round": h.round, "trace_round": h.trace_round, "tasks": h.tasks, "pass_at_1": h.pass_at_1,
              "pass_at_2": h.pass_at_2, "games": msgspec.to_builtins(h.games)} for h in fold.heldout]
     return {"run": fold.opened.run_id, "rounds": rows, "heldout": held}
@@ -291,12 +296,13 @@ def index(fold: RunFold, files: Mapping[str, str], trajectories: TrajectoryFiles
                  [["before" if h.round < 0 else h.round, h.tasks, rate(h.pass_at_1), rate(h.pass_at_2)]
                   for h in fold.heldout])
     top = [("journal.md", "one entry per round: what it did and why"),
-           ("curves.json", "per round pass@k, tasks, passes, rollouts; held-out figures"),
+           ("curves.json", "per round pass@k, tasks, passes, rollouts, tokens; held-out figures"),
            ("scoreboard.json", "ships, and each bucket's and lever's record"),
            ("audit.jsonl", "every ledger event in order, with its hash-chain links"),
            ("data/task_history.jsonl", "one line per (round, task)"),
            ("data/ship_outcomes.json", "each ship's predictions and what happened"),
-           ("data/rejected_candidates.jsonl", "every candidate not shipped, and why")]
+           ("data/rejected_candidates.jsonl", "every candidate not shipped, and why"),
+           ("data/tokens.jsonl", "tokens per round: per meta-model stage, the task agent's total and per task")]
     rounds = "".join(_round_links(rnd, files, trajectories.get(rnd.round, {})) for rnd in fold.ordered())
     return (f"# Evolution run `{o.run_id}`\n\nStrategy `{o.strategy}`; status: {status}. "
             f"{len(state.decisions)} round(s) decided; {len(fold.records)} ledger events, head "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
@@ -12,7 +13,7 @@ from hx.report.export_fold import RunFold, link, listed, rate, safe_name, table
 from projections.ledger_records import RoundRecords, ShipRecord
 from schemas.edits import AnyEditOp, Attach, Manifest, Reparam, Replace
 from schemas.landscape import Landscape, TaskDigest
-from schemas.ledger import CandidateProposed, GateJudged, HarnessShipped, RoundMetrics
+from schemas.ledger import CandidateProposed, GateJudged, HarnessShipped, RoundMetrics, RoundTokens
 
 
 def candidate_path(rnd: int, cid: str) -> str:
@@ -206,13 +207,24 @@ def task_digest(fold: RunFold, n: int, d: TaskDigest, trajectories: Sequence[str
             + (f"\n## Trajectories\n\n{runs}" if runs else ""))
 
 
+def token_figures(tokens: RoundTokens | None) -> list[list[Any]]:
+    """The rows of a round's tokens in its metrics table: per meta-model stage, then the task agent."""
+    if tokens is None:
+        return [["tokens", "- (decided before hx counted them)"]]
+    return [*([f"meta-model tokens, {stage} (in / out)", f"{u.input_tokens} / {u.output_tokens}"]
+              for stage, u in tokens.meta.items()),
+            ["task agent tokens (in / out)", f"{tokens.agent.input_tokens} / {tokens.agent.output_tokens}"],
+            ["cost reported by the providers (USD)", f"{tokens.meta_total.cost_usd + tokens.agent.cost_usd:.4f}"]]
+
+
 def metrics_table(m: RoundMetrics) -> str:
     """A round's figures as a two-column table."""
     return table(["figure", "value"], [
         ["tasks", m.tasks], ["passes (pass@k)", m.passes], ["pass@k", rate(m.pass_at_k)],
         ["flips predicted by the last round's ships", m.predicted], ["realised", m.realised],
         ["hit rate (realised / predicted)", rate(m.hit_rate)], ["attribution", rate(m.attribution)],
-        ["regressions", m.regressions], ["shipped edits per bucket", m.lever_mix or "-"], ["rollouts", m.rollouts]])
+        ["regressions", m.regressions], ["shipped edits per bucket", m.lever_mix or "-"], ["rollouts", m.rollouts],
+        *token_figures(m.tokens)])
 
 
 def decision(fold: RunFold, rnd: RoundRecords) -> str:

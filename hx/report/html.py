@@ -1,7 +1,7 @@
 """A run's report as one self-contained HTML page: inline CSS, figures as base64 PNG data URIs, no network.
 
 ``page(data, plots)`` writes the header (run, benchmarks, model, rounds, status), the
-held-out table before and after, a row per round, and each figure with its caption; then, when
+held-out table before and after, a row per round, the tokens per round, and each figure with its caption; then, when
 there are any, the eval suite's scores (figure, a row per eval, the latest per-task table) and
 the experiments' results. It
 reads no clock: the same data and figures give the same bytes.
@@ -106,6 +106,24 @@ def rounds_table(data: ReportData) -> str:
                    "shipped or forked", "wall time"], rows, text_columns=1)
 
 
+def tokens_table(data: ReportData) -> str:
+    """One row per round: input / output tokens of each meta-model stage, of the task agent, and the cost the
+    providers reported ("–" for a round decided before hx counted tokens)."""
+    stages = list(dict.fromkeys(s for r in data.rounds if r.tokens is not None for s in r.tokens.meta))
+    rows = []
+    for r in data.rounds:
+        t = r.tokens
+        if t is None:
+            cells = "<td>–</td>" * (len(stages) + 2)
+        else:
+            usages = [t.meta.get(s) for s in stages] + [t.agent]
+            cells = "".join("<td>–</td>" if u is None else f"<td>{u.input_tokens:,} / {u.output_tokens:,}</td>"
+                            for u in usages) + f"<td>{t.meta_total.cost_usd + t.agent.cost_usd:.4f}</td>"
+        rows.append(f"<tr><td>{r.round}</td>{cells}</tr>")
+    return _table(["round", *(f"{s} in / out" for s in stages), "task agent in / out", "cost (USD, reported)"],
+                  rows)
+
+
 def _bounds(b: Bounds) -> str:
     return f"<td>{bounds_text(b.estimate, b.low, b.high)}</td>"
 
@@ -205,6 +223,7 @@ def page(data: ReportData, plots: Sequence[Plot]) -> str:
             f"<p>{contents}</p>\n"
             f"<h2>Held-out (frozen test split)</h2>\n{heldout_table(data)}\n"
             f"<h2>Rounds</h2>\n{rounds_table(data)}\n"
+            f"<h2 id=\"tokens\">Tokens per round</h2>\n{tokens_table(data)}\n"
             + "".join(figure(p) for p in run_plots)
             + eval_section(data.evals, eval_plot) + experiments_section(data.evals)
             + "</body>\n</html>\n")

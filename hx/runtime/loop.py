@@ -38,7 +38,7 @@ from schemas.hooks import (
     TaskStart,
 )
 from schemas.lifecycle import SCORED_STATUSES, AttemptFinished, AttemptStarted, AttemptStatus
-from schemas.messages import Message, ToolCall, ToolResult, ToolSchema, refrozen
+from schemas.messages import Message, ToolCall, ToolResult, ToolSchema, Usage, refrozen
 from schemas.tools import ToolInvoked, ToolReturned, VerifierScore
 from streams.connection import connect
 from streams.log import EventLog
@@ -60,6 +60,8 @@ class AttemptResult(msgspec.Struct, frozen=True, kw_only=True):
     events: int = 0
     """Events the attempt put on the log."""
     final_answer: str = ""
+    usage: Usage = Usage()
+    """The tokens of the attempt's model calls (``AttemptFinished.usage``)."""
 
 
 class RunLoop:
@@ -185,11 +187,11 @@ class _Attempt:
             passed = False
         self.tracer.emit(AttemptFinished(run_id=ctx.run_id, round=ctx.round, task_id=ctx.task_id,
                                          attempt=ctx.attempt, passed=passed, score=score.score,
-                                         steps=self.steps, status=status, reason=reason))
+                                         steps=self.steps, status=status, reason=reason, usage=self.tracer.usage))
         await self.tracer.flush()
         return AttemptResult(task_id=ctx.task_id, attempt=ctx.attempt, passed=passed, score=score.score,
                              steps=self.steps, status=status, reason=reason, events=self.tracer.count,
-                             final_answer=self.final_answer)
+                             final_answer=self.final_answer, usage=self.tracer.usage)
 
     async def _episode(self) -> None:
         task = self.task

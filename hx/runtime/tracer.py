@@ -30,6 +30,8 @@ from schemas.envelope import EncodedEvent, Stamp, encoded
 from schemas.event import Event
 from schemas.history import HistoryPacker
 from schemas.lifecycle import AttemptFinished
+from schemas.messages import Usage
+from schemas.model import ModelResponse
 from streams.channels import attempt_subject, is_attempt_subject
 from streams.log import EventLog, PendingAppend
 
@@ -119,6 +121,8 @@ class AttemptTracer:
         self._packer = HistoryPacker()
         self._channels = is_attempt_subject(subject)
         """Summary events (``Event.CHANNEL``) go on their channels: only an attempt's subject has them."""
+        self.usage = Usage()
+        """The summed usage of the ``model.response`` events emitted so far (what the attempt's calls cost)."""
 
     def emit(self, event: Event) -> None:
         """Record one event, stamped now (written at a later flush)."""
@@ -130,6 +134,8 @@ class AttemptTracer:
             took = mono - began if began is not None else 0
         elif cls.STARTS:
             self._started[cls.STARTS] = mono
+        if isinstance(event, ModelResponse):
+            self.usage = self.usage.plus(event.usage)
         self._buffer.append(event)
         self._stamps.append(Stamp(wall, mono, took))
         self.count += 1

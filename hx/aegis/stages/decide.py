@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from hx.aegis.errors import PipelineError
 from hx.aegis.metrics import metrics
 from hx.aegis.stage import RoundContext
+from hx.aegis.tokens import meta_tokens, round_tokens
 from hx.replay.trace_rounds import trace_marks
 from schemas.ledger import RoundDecided
+from schemas.lifecycle import RoundFinished
 
 
 @dataclass
@@ -29,8 +31,11 @@ class Decide:
         run, t, ending = ctx.run, ctx.round, ctx.ending
         state = run.state()
         idle = 0 if ending.outcome == "shipped" else state.idle + 1
+        ends = await cited_ends(ctx)
+        tokens = round_tokens(ends, await meta_tokens(run.trials.log, run.run_id, t))
         decision = RoundDecided(run_id=run.run_id, round=t, outcome=ending.outcome, reason=ending.reason,
-                                shipped=ending.shipped, metrics=metrics(state, t, await rollouts(ctx)), idle=idle)
+                                shipped=ending.shipped, idle=idle,
+                                metrics=metrics(state, t, sum(f.attempts for f in ends), tokens))
         await run.append(decision)
         return decision
 
@@ -43,13 +48,14 @@ class Decide:
         return f"{output.outcome}: {output.reason}"
 
 
-async def rollouts(ctx: RoundContext) -> int:
-    """The attempts the round ran, counted on the log: those of the trace rounds its digest and its gate verdicts
-    cite. A round resumed after a kill counts what it used, as an uninterrupted one does."""
+async def cited_ends(ctx: RoundContext) -> list[RoundFinished]:
+    """The ends of the trace rounds the round's digest and its gate verdicts cite, read on the log: their attempts
+    are the round's rollouts, and their usage its task agent's tokens. A round resumed after a kill counts what it
+    used, as an uninterrupted one does."""
     rnd = ctx.run.state().ledger.rounds.get(ctx.round)
     if rnd is None:
-        return 0
+        return []
     cited = {*(rnd.digested.trace_rounds if rnd.digested else ()), *(r for g in rnd.gates.values()
                                                                      for r in g.trace_rounds)}
     marks = await trace_marks(ctx.run.trials.log, ctx.run.run_id) if cited else {}
-    return sum(tr.finished.attempts for r in cited if (tr := marks.get(r)) and tr.finished is not None)
+    return [tr.finished for r in sorted(cited) if (tr := marks.get(r)) and tr.finished is not None]
