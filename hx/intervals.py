@@ -304,3 +304,43 @@ def rate_difference(candidate: tuple[int, int], base: tuple[int, int], confidenc
     low = d - float(np.hypot(c.estimate - c.low, b.high - b.estimate))
     high = d + float(np.hypot(c.high - c.estimate, b.estimate - b.low))
     return Interval(_exact(d), _exact(max(low, -1.0)), _exact(min(high, 1.0)), confidence, "newcombe hybrid score")
+
+
+def crossed_contrast(arms: Sequence[Mapping[str, Sequence[float]]], weights: Sequence[float], *,
+                     confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+    """The weighted sum of the arms' means over a task x seed table, tasks and seeds resampled as crossed factors.
+
+    Each arm maps a task to its value under each procedure seed (the same seeds, in the same order,
+    for every task and arm): an evolution or co-evolution run per seed makes the product every
+    task then plays, so a seed's luck is shared by all its tasks, and an interval that resampled
+    tasks alone would be too narrow. The pigeonhole bootstrap (Owen 2007, "The pigeonhole
+    bootstrap") draws tasks and seeds with replacement independently and takes the mean of the
+    table they pick; its percentile interval covers both sources of variation. One arm with
+    weight 1 is a mean; two with weights -1, 1 a paired difference; four with 1, -1, -1, 1 a 2x2
+    interaction.
+
+    >>> a = {"t1": [1.0, 0.0], "t2": [1.0, 1.0]}
+    >>> b = {"t1": [0.0, 0.0], "t2": [1.0, 0.0]}
+    >>> round(crossed_contrast([b, a], [-1.0, 1.0]).estimate, 3)
+    0.5
+    """
+    if len(arms) != len(weights) or not arms:
+        raise IntervalError("a contrast needs one weight per arm")
+    tasks = sorted(set.intersection(*(set(arm) for arm in arms)))
+    if not tasks:
+        raise IntervalError("the arms share no task")
+    tables = [np.asarray([list(arm[t]) for t in tasks], dtype=float) for arm in arms]
+    shapes = {table.shape for table in tables}
+    if len(shapes) != 1 or 0 in next(iter(shapes)):
+        raise IntervalError("every arm needs one value per task and seed, the same seeds for every task")
+    table = sum(float(w) * t for w, t in zip(weights, tables, strict=True))
+    assert isinstance(table, np.ndarray)
+    n_tasks, n_seeds = table.shape
+    rng = np.random.default_rng(seed)
+    rows = rng.multinomial(n_tasks, [1 / n_tasks] * n_tasks, size=RESAMPLES)  # how often each task is drawn
+    cols = rng.multinomial(n_seeds, [1 / n_seeds] * n_seeds, size=RESAMPLES)
+    means = np.einsum("bt,ts,bs->b", rows, table, cols) / (n_tasks * n_seeds)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return Interval(_exact(table.mean()), _exact(low), _exact(high), confidence,
+                    f"crossed bootstrap tasks x {n_seeds} seeds")

@@ -67,6 +67,20 @@ class ExperimentSpec(Payload, frozen=True, kw_only=True):
     design: Design = "crd"
     """``crd``: one factor, completely randomised; ``factorial``: two or more factors, every combination run
     (the one declared exception to one thing changed per spec)."""
+    procedure_seeds: tuple[int, ...] = ()
+    """Each procedure level is made once per seed (an independent evolution each); replication ``r`` of a unit
+    plays the product of seed ``procedure_seeds[r % S]``, and every interval resamples tasks and seeds. Empty:
+    one product per level, made with ``seed``."""
+    comparisons: tuple[tuple[str, str], ...] = ()
+    """More paired effects than each level against the first: ``[level, reference]`` pairs of one factor."""
+    interactions: tuple[tuple[str, str, str, str], ...] = ()
+    """2x2 contrasts over four levels of one factor, ``[a0b0, a1b0, a0b1, a1b1]``: (a1b1 - a0b1) - (a1b0 - a0b0)."""
+    per_game: bool = False
+    """Also conclude every effect per game (``<variable> <bench:game>``), beside the figure over all tasks."""
+    claim: str = ""
+    """The claim the spec judges, if any: its test-split tasks may be no other claim's, nor a spent range."""
+    expected_wall_s: int = 0
+    """The wall time the spec's author expects, in seconds (what a long run's progress is measured against)."""
 
 
 class LevelSummary(Payload, frozen=True, kw_only=True):

@@ -60,7 +60,8 @@ def document_schema(name: str, cls: type[Any]) -> dict[str, Any]:
     schema: dict[str, Any] = clean_descriptions(msgspec.json.schema(cls))
     schema["$id"] = f"https://hx.dev/schemas/{name}.json"
     schema["title"] = name
-    return schema
+    plain: dict[str, Any] = json.loads(json.dumps(schema))  # as a reader of the file sees it (tuples are lists)
+    return plain
 
 
 def _text(schema: dict[str, Any]) -> str:

@@ -247,7 +247,7 @@ def test_each_scope_changes_only_its_target() -> None:
                                     "scope": {"kind": "procedure", "target": "evolve",
                                               "levels": {"base": None, "evolved": {"rounds": 1},
                                                          "again": {"artifact_of": "evolved"}}}}]})
-    products = {("p", "evolved"): (product, models), ("p", "again"): (product, models)}
+    products = {("p", "evolved", 0): (product, models), ("p", "again", 0): (product, models)}
     digests = {c.name: arm_of(spec, c, base, models, products).harness.digest for c in design_cells(spec)}
     assert digests == {"base": base.digest, "evolved": product.digest, "again": product.digest}
     with pytest.raises(ExperimentError, match="not made yet"):

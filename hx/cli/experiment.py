@@ -19,6 +19,7 @@ from rich.table import Table
 from hx.cli._app import App, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._lazy import LazyCommand, LazyGroup
 from hx.cli._specs import check_spec_option
+from hx.experiment.claims import check_claim
 from hx.experiment.design import Unit
 from hx.experiment.runner import ExperimentRun, conclusion_json
 from hx.experiment.spec import check_spec, load_spec
@@ -40,19 +41,20 @@ def conclusion_table(spec: ExperimentSpec, concluded: ExperimentConcluded) -> Ta
     """The results as a table: per level mean [low, high] per variable, then each effect, its size d and verdict."""
     table = Table(title=f"{spec.title} ({concluded.run_id}, {concluded.units} units)")
     table.add_column("level / effect")
-    for variable in spec.response_variables:
+    # the spec's variables, then any per game (``per_game``: ``<variable> <bench:game>``)
+    variables = list(dict.fromkeys([*spec.response_variables, *(s.variable for s in concluded.levels)]))
+    for variable in variables:
         table.add_column(variable, justify="right")
     means = {(s.level, s.variable): s for s in concluded.levels}
     for level in dict.fromkeys(s.level for s in concluded.levels):
-        table.add_row(level, *(_shown(means[(level, v)].mean) if (level, v) in means else "-"
-                               for v in spec.response_variables))
+        table.add_row(level, *(_shown(means[(level, v)].mean) if (level, v) in means else "-" for v in variables))
     effects = {(e.factor, e.level, e.reference, e.variable): e for e in concluded.effects}
     for factor, level, reference in dict.fromkeys((e.factor, e.level, e.reference) for e in concluded.effects):
-        row = [effects.get((factor, level, reference, v)) for v in spec.response_variables]
+        row = [effects.get((factor, level, reference, v)) for v in variables]
         shown = [f"{_shown(e.difference)} d={e.effect_size.estimate:.2f} {e.verdict}" if e else "-" for e in row]
         table.add_row(f"{factor}: {level} - {reference}", *shown)
     for inter in concluded.interactions:
-        contrasts = [_shown(inter.contrast) if inter.variable == v else "-" for v in spec.response_variables]
+        contrasts = [_shown(inter.contrast) if inter.variable == v else "-" for v in variables]
         table.add_row(f"interaction {inter.factors[0]} x {inter.factors[1]}", *contrasts)
     return table
 
@@ -80,14 +82,18 @@ def experiment_group() -> None:
               help="Play at most this many units now, then stop (continue with --resume RUN).")
 @click.option("--run-id", callback=run_id_option, help="Run id  [default: exp-<UTC time>-<random>]")
 @click.option("--json", "as_json", is_flag=True, help="Print the conclusion as JSON on stdout (no table).")
+@click.option("--registry", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="The committed claim specs a claim's test tasks are checked against  [default: the spec's "
+                   "directory]")
 @pass_app
 def run_command(app: App, spec_path: Path, resume: str | None, model: str | None, concurrency: int,
-                max_units: int | None, run_id: str | None, as_json: bool) -> None:
+                max_units: int | None, run_id: str | None, as_json: bool, registry: Path | None) -> None:
     """Run the experiment SPEC (YAML, TOML or JSON): every (task, level, replication) unit, then the conclusion.
 
     A spec that changes more than one thing is rejected before anything is written.
     """
     spec = load_spec(spec_path)
+    check_claim(spec, spec_path, registry or spec_path.parent)
     if model is not None:
         check_spec_option("--model", model)
         spec = check_spec(msgspec.structs.replace(
@@ -117,7 +123,9 @@ async def _run(app: App, spec: ExperimentSpec, spec_path: Path, run_id: str, res
         console = stderr_console()
         console.print(f"experiment {run_id}: {len(experiment.order)} units "
                       f"({len(spec.tasks)} tasks x {len(experiment.cells)} cells x {spec.replications} "
-                      f"replications){', resumed' if resume else ''}", highlight=False)
+                      f"replications){', resumed' if resume else ''}"
+                      + (f"; its author expects about {spec.expected_wall_s / 60:.0f} min"
+                         if spec.expected_wall_s else ""), highlight=False)
 
         def on_unit(unit: Unit, result: AttemptResult) -> None:
             p = experiment.progress

@@ -23,8 +23,8 @@ from hx.harness.errors import CompositionError
 from hx.runtime.models import ModelConfig
 from schemas.experiment import ExperimentSpec, MutableScope
 
-Products = Mapping[tuple[str, str], tuple[HarnessConfig, ModelConfig]]
-"""(factor, level) -> the harness and models a procedure level produced."""
+Products = Mapping[tuple[str, str, int], tuple[HarnessConfig, ModelConfig]]
+"""(factor, level, procedure seed index) -> the harness and models a procedure level produced."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ def _model(models: ModelConfig, role: str, value: Any) -> ModelConfig:
 
 
 def arm_of(spec: ExperimentSpec, cell: Cell, base: HarnessConfig, models: ModelConfig,
-           products: Products | None = None) -> Arm:
-    """The harness, models and environment of one cell."""
+           products: Products | None = None, seed_index: int = 0) -> Arm:
+    """The harness, models and environment of one cell (with the products of one procedure seed)."""
     data = base.to_dict()
     env: dict[str, str | None] = {}
     harness_changed = False
@@ -90,7 +90,7 @@ def arm_of(spec: ExperimentSpec, cell: Cell, base: HarnessConfig, models: ModelC
         elif scope.kind == "env":
             env[scope.target] = None if value is None else str(value)
         elif value is not None:  # a procedure level with options (or an artifact): play its product
-            product = (products or {}).get((factor.name, level))
+            product = (products or {}).get((factor.name, level, seed_index))
             if product is None:
                 raise ExperimentError(f"{where}: its {scope.target} product is not made yet")
             harness, models = product

@@ -28,7 +28,7 @@ from hx.aegis.settings import EvolveSettings
 from hx.environments.registry import Benchmark
 from hx.environments.rollout import RolloutSettings
 from hx.experiment.errors import ExperimentError
-from hx.experiment.spec import artifact_of
+from hx.experiment.spec import artifact_of, mixed_of
 from hx.harness.config import HarnessConfig
 from hx.runtime.models import ModelConfig
 from projections.ledger import RunLedger
@@ -170,7 +170,7 @@ def _procedure_levels(spec: ExperimentSpec) -> Iterator[tuple[Factor, str, Mappi
                                   f"hx experiment run; use {' or '.join(PROCEDURES)}")
         for level in factor.levels:
             options = scope.levels[level]
-            if options is None or artifact_of(options) is not None:
+            if options is None or artifact_of(options) is not None or mixed_of(options) is not None:
                 continue
             where = f"factor {factor.name!r} level {level!r}"
             if not isinstance(options, Mapping):
@@ -185,40 +185,70 @@ def check_procedures(spec: ExperimentSpec) -> None:
         _request(options, ("-",), "random:", 1, spec.seed, 1, where, factor.scope.target, budget)
 
 
+def seeds_of(spec: ExperimentSpec) -> tuple[int, ...]:
+    """The seeds procedure levels are made with: ``procedure_seeds``, or the spec's seed alone."""
+    return spec.procedure_seeds or (spec.seed,)
+
+
 async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping[str, Benchmark], *, run_id: str,
                         base: HarnessConfig, model: str, max_steps: int,
-                        concurrency: int) -> dict[tuple[str, str], tuple[HarnessConfig, ModelConfig]]:
-    """Every procedure level's product, made (or read back from the log) in the spec's level order."""
-    products: dict[tuple[str, str], tuple[HarnessConfig, ModelConfig]] = {}
+                        concurrency: int) -> dict[tuple[str, str, int], tuple[HarnessConfig, ModelConfig]]:
+    """Every procedure level's product per procedure seed (index), made (or read back from the log) in the spec's
+    level order, seed by seed; then the levels that play another level's product, or mix two."""
+    products: dict[tuple[str, str, int], tuple[HarnessConfig, ModelConfig]] = {}
     games = sorted({":".join(task.split(":")[:2]) for task in spec.tasks})
-    for factor, level, options, where in _procedure_levels(spec):
-        target = factor.scope.target
-        request = _request(options, games, model, max_steps, spec.seed, concurrency, where, target,
-                           controlled_budget(spec))
-        evolution_id = procedure_run_id(run_id, factor.name, level)
-        ledger = await read_run_ledger(conn.log, evolution_id)
-        if ledger is None or ledger.finished is None:  # made once; a resume goes on from the log
-            job = (recorded_job(ledger.opened.settings) if ledger is not None and ledger.opened is not None
-                   else new_job(evolution_id, list(benches.values()), request, harness=base,
-                                harness_source="experiment controlled harness"))
-            evolver = make_evolver(job.evolver, meta=None, store=None)
-            try:
-                await run_evolution(conn, list(benches.values()), job, Parts(evolver), resume=ledger is not None)
-            finally:
-                await evolver.aclose()
-            ledger = await read_run_ledger(conn.log, evolution_id)
-        if ledger is None:
-            raise ExperimentError(f"{where}: evolution {evolution_id} left no ledger")
-        models = ModelConfig(main=model)
-        if target == "coevolve":
-            version = await final_policy(conn.log, evolution_id)
-            if version is None:
-                raise ExperimentError(f"{where}: co-evolution {evolution_id} left no learner record")
-            models = ModelConfig(main=policy_spec(version))
-        products[(factor.name, level)] = (_product(ledger), models)
+    seeds = seeds_of(spec)
+    for index, seed in enumerate(seeds):
+        for factor, level, options, where in _procedure_levels(spec):
+            target = factor.scope.target
+            if len(seeds) > 1:
+                where = f"{where} (procedure seed {seed})"
+                if target == "coevolve" and "learner_seed" not in options:
+                    options = {**options, "learner_seed": seed}
+            request = _request(options, games, model, max_steps, seed, concurrency, where, target,
+                               controlled_budget(spec))
+            evolution_id = procedure_run_id(run_id, factor.name, level) + (f"-s{seed}" if spec.procedure_seeds
+                                                                           else "")
+            products[(factor.name, level, index)] = await _made(conn, benches, request, evolution_id, base, model,
+                                                                target, where)
     for factor in spec.factors:
+        if factor.scope.kind != "procedure":
+            continue
         for level in factor.levels:
-            source = artifact_of(factor.scope.levels[level]) if factor.scope.kind == "procedure" else None
-            if source is not None:
-                products[(factor.name, level)] = products[(factor.name, source)]
+            value = factor.scope.levels[level]
+            source, mixed = artifact_of(value), mixed_of(value)
+            for index in range(len(seeds)):
+                if source is not None:
+                    products[(factor.name, level, index)] = products[(factor.name, source, index)]
+                elif mixed is not None:
+                    harness_of, policy_of = mixed
+                    harness = products[(factor.name, harness_of, index)][0] if harness_of else base
+                    models = (products[(factor.name, policy_of, index)][1] if policy_of
+                              else ModelConfig(main=model))
+                    products[(factor.name, level, index)] = (harness, models)
     return products
+
+
+async def _made(conn: Connection, benches: Mapping[str, Benchmark], request: EvolveRequest, evolution_id: str,
+                base: HarnessConfig, model: str, target: str, where: str) -> tuple[HarnessConfig, ModelConfig]:
+    """One procedure run's product: made, resumed, or read back from its finished ledger."""
+    ledger = await read_run_ledger(conn.log, evolution_id)
+    if ledger is None or ledger.finished is None:  # made once; a resume goes on from the log
+        job = (recorded_job(ledger.opened.settings) if ledger is not None and ledger.opened is not None
+               else new_job(evolution_id, list(benches.values()), request, harness=base,
+                            harness_source="experiment controlled harness"))
+        evolver = make_evolver(job.evolver, meta=None, store=None)
+        try:
+            await run_evolution(conn, list(benches.values()), job, Parts(evolver), resume=ledger is not None)
+        finally:
+            await evolver.aclose()
+        ledger = await read_run_ledger(conn.log, evolution_id)
+    if ledger is None:
+        raise ExperimentError(f"{where}: evolution {evolution_id} left no ledger")
+    models = ModelConfig(main=model)
+    if target == "coevolve":
+        version = await final_policy(conn.log, evolution_id)
+        if version is None:
+            raise ExperimentError(f"{where}: co-evolution {evolution_id} left no learner record")
+        models = ModelConfig(main=policy_spec(version))
+    return _product(ledger), models

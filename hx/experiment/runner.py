@@ -31,7 +31,7 @@ from hx.environments.errors import BenchmarkError
 from hx.environments.registry import Benchmark, TaskId, benchmark
 from hx.environments.rollout import Rollout, RolloutSettings, attempt_seed
 from hx.experiment.analysis import conclude
-from hx.experiment.design import Unit, attempt_number, design_cells, replication_of, units
+from hx.experiment.design import Cell, Unit, attempt_number, design_cells, replication_of, units
 from hx.experiment.errors import ExperimentError
 from hx.experiment.levels import Arm, arm_of
 from hx.experiment.procedure import check_procedures, make_products
@@ -197,22 +197,29 @@ class ExperimentRun:
         check_procedures(spec)
         self.cells = design_cells(spec)
         self.order = units(spec)
-        self.by_key = {(u.cell.index, u.task, u.replication): u for u in self.order}
+        self.seeds = max(1, len(spec.procedure_seeds))
+        self.by_key = {(self.round_of(u), u.task, u.replication): u for u in self.order}
         # an env level is process-wide: its attempts run one at a time so no other arm sees it
         env_scope = any(f.scope.kind == "env" for f in spec.factors)
         self.concurrency = 1 if env_scope else max(1, concurrency)
         self.progress = Progress(total=len(self.order))
         self.unstarted = False
 
+    def round_of(self, unit: Unit) -> int:
+        """The trace round a unit plays in: its cell's, one per procedure seed (the product it plays)."""
+        return unit.cell.index + len(self.cells) * (unit.replication % self.seeds)
+
     async def _arms(self, base: HarnessConfig, benches: Mapping[str, Benchmark]) -> dict[int, Arm]:
-        """Each cell's arm; procedure levels' products are made first (or read back when resuming)."""
+        """Each round's arm (a cell with one procedure seed's products); procedure levels' products are made first
+        (or read back when resuming)."""
         models = ModelConfig(main=self.controlled.model)
         products = {}
         if any(f.scope.kind == "procedure" for f in self.spec.factors):
             products = await make_products(self.conn, self.spec, benches, run_id=self.run_id, base=base,
                                            model=self.controlled.model, max_steps=self.controlled.max_steps,
                                            concurrency=self.concurrency)
-        return {cell.index: arm_of(self.spec, cell, base, models, products) for cell in self.cells}
+        return {cell.index + len(self.cells) * s: arm_of(self.spec, cell, base, models, products, s)
+                for s in range(self.seeds) for cell in self.cells}
 
     def _rollout(self, base: HarnessConfig, source: str, benches: Mapping[str, Benchmark]) -> Rollout:
         """The run's brackets (RunStarted, RunFinished) and the tasks its units play."""
@@ -234,12 +241,23 @@ class ExperimentRun:
         started = ExperimentStarted(run_id=self.run_id, spec=spec_to_dict(self.spec), spec_digest=self.digest,
                                     order=tuple(u.key for u in self.order))
         await self.log.append(subject, started, key=f"{subject}#{started.TYPE}")
-        for cell in self.cells:
-            round_subject = trace_subject(self.run_id, cell.index)
-            event = RoundStarted(run_id=self.run_id, round=cell.index, harness_digest=arms[cell.index].harness.digest,
-                                 task_ids=task_ids, split="dev", attempts_per_task=self.spec.replications,
-                                 purpose="experiment", variant=cell.name)
+        for number, cell in self._rounds():
+            round_subject = trace_subject(self.run_id, number)
+            event = RoundStarted(run_id=self.run_id, round=number, harness_digest=arms[number].harness.digest,
+                                 task_ids=task_ids, split="dev",
+                                 attempts_per_task=self.spec.replications // self.seeds, purpose="experiment",
+                                 variant=self._round_name(number, cell))
             await self.log.append(round_subject, event, key=f"{round_subject}#{event.TYPE}")
+
+    def _rounds(self) -> list[tuple[int, Cell]]:
+        """Every (trace round, cell): each cell once per procedure seed."""
+        return [(cell.index + len(self.cells) * s, cell) for s in range(self.seeds) for cell in self.cells]
+
+    def _round_name(self, number: int, cell: Cell) -> str:
+        """A round's name: its cell's, with the procedure seed when there are several."""
+        if self.seeds == 1:
+            return cell.name
+        return f"{cell.name}@seed{self.spec.procedure_seeds[number // len(self.cells)]}"
 
     async def _check_resumable(self) -> ExperimentConcluded | None:
         """The run's conclusion if it has one; raises unless it is this spec's experiment."""
@@ -295,12 +313,13 @@ class ExperimentRun:
 
         async def worker() -> None:
             for unit in queue:  # one shared iterator: the seeded order is the order units start in
-                arm = arms[unit.cell.index]
+                number = self.round_of(unit)
+                arm = arms[number]
                 tid = TaskId.parse(unit.task)
                 attempt = attempt_number(unit, tries.get(unit, 0), self.spec.replications)
                 with _environment(arm.env):
-                    result = await loops[unit.cell.index].run(
-                        rollout.make_task(tid), run_id=self.run_id, round=unit.cell.index, attempt=attempt,
+                    result = await loops[number].run(
+                        rollout.make_task(tid), run_id=self.run_id, round=number, attempt=attempt,
                         seed=attempt_seed(self.spec.seed, unit.task, unit.replication), max_steps=c.max_steps,
                         timeout_s=c.timeout_s)
                 self.progress.played += 1
@@ -318,15 +337,15 @@ class ExperimentRun:
         concluded = conclude(self.spec, self.cells, finished, run_id=self.run_id, spec_digest=self.digest)
         subject = trace_subject(self.run_id)
         await self.log.append(subject, concluded, key=f"{subject}#{concluded.TYPE}")
-        for cell in self.cells:
+        for number, _ in self._rounds():
             marks = tuple(AttemptMark(task_id=u.task, attempt=out.attempt, passed=out.passed)
                           for u, out in sorted(finished.items(), key=lambda kv: (kv[0].task, kv[0].replication))
-                          if u.cell == cell)
-            round_subject = trace_subject(self.run_id, cell.index)
-            event = RoundFinished(run_id=self.run_id, round=cell.index, attempts=len(marks),
+                          if self.round_of(u) == number)
+            round_subject = trace_subject(self.run_id, number)
+            event = RoundFinished(run_id=self.run_id, round=number, attempts=len(marks),
                                   passed=sum(m.passed for m in marks), outcomes=marks)
             await self.log.append(round_subject, event, key=f"{round_subject}#{event.TYPE}")
-        await rollout.finish(self.run_id, rounds=len(self.cells))
+        await rollout.finish(self.run_id, rounds=len(self.cells) * self.seeds)
         return concluded
 
 

@@ -33,10 +33,25 @@ from schemas.jsonschema import document_schema
 # Numeric AttemptOutput fields an experiment can measure (booleans count as 0/1).
 RESPONSE_VARIABLES: tuple[str, ...] = (
     "passed", "score", "steps", "actions", "tool_errors", "invalid_actions", "longest_repeat", "env_success",
+    "pass_at_k",
 )
+"""``pass_at_k`` is derived: a task's k attempts under one product (k = replications / procedure seeds) count 1
+when any passed (the paper's pass@2 with k = 2)."""
+_LATER_FIELDS = {"procedure_seeds": [], "comparisons": [], "interactions": [], "per_game": False, "claim": "",
+                 "expected_wall_s": 0}
+"""Spec fields added later: left out of the digest at their defaults, so an older run's spec digests as it did."""
 
 # The seed's mutable_scope spelled its fields differently.
 _SEED_SCOPE_KEYS = {"type": "kind", "var": "target"}
+
+
+def mixed_of(value: Any) -> tuple[str | None, str | None] | None:
+    """(harness level, policy level) of a level ``{"harness_of": L1, "policy_of": L2}`` (null: the controlled one),
+    or None for any other value."""
+    if isinstance(value, Mapping) and value and set(value) <= {"harness_of", "policy_of"} and all(
+            v is None or isinstance(v, str) for v in value.values()):
+        return value.get("harness_of"), value.get("policy_of")
+    return None
 
 
 def artifact_of(value: Any) -> str | None:
@@ -70,7 +85,8 @@ def level_names(spec: ExperimentSpec) -> frozenset[str]:
 
 def spec_digest(spec: ExperimentSpec) -> str:
     """Content digest of a spec (``sha256:`` + hex over its canonical JSON)."""
-    text = json.dumps(msgspec.to_builtins(spec), sort_keys=True, separators=(",", ":"))
+    data = {k: v for k, v in msgspec.to_builtins(spec).items() if _LATER_FIELDS.get(k, object()) != v}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -127,6 +143,10 @@ def _check_scope(spec: ExperimentSpec, index: int, where: str) -> None:
                       "level must be {parameter: value}")
     values: dict[str, Any] = {}
     for level, value in scope.levels.items():
+        mixed = mixed_of(value)
+        if mixed is not None:
+            _check_mixed(scope, level, mixed, where, at)
+            continue
         source = artifact_of(value)
         if source is None:
             values[level] = value
@@ -163,6 +183,48 @@ def _check_scope(spec: ExperimentSpec, index: int, where: str) -> None:
     if both:
         raise _reject(where, f"{at}.scope", f"factor {factor.name!r} also changes controlled variable(s) "
                       f"{', '.join(both)}; a controlled variable is the same in every arm")
+
+
+def _check_mixed(scope: MutableScope, level: str, mixed: tuple[str | None, str | None], where: str, at: str) -> None:
+    """A level playing one level's harness with another's policy names procedure levels of its own factor."""
+    if scope.kind != "procedure":
+        raise _reject(where, f"{at}.scope.levels.{level}", "harness_of/policy_of need a procedure scope (only a "
+                      "procedure has a product)")
+    for key, source in zip(("harness_of", "policy_of"), mixed, strict=True):
+        if source is None:
+            continue
+        value = scope.levels.get(source)
+        if source == level or source not in scope.levels or value is None or not isinstance(value, Mapping) or \
+                artifact_of(value) is not None or mixed_of(value) is not None:
+            raise _reject(where, f"{at}.scope.levels.{level}.{key}", f"names {source!r}, not another level that "
+                          "runs a procedure of its own")
+    if mixed[1] is not None and scope.target != "coevolve":
+        raise _reject(where, f"{at}.scope.levels.{level}.policy_of", "only a coevolve procedure makes a policy")
+
+
+def _check_pairs(spec: ExperimentSpec, where: str) -> None:
+    """``comparisons`` and ``interactions`` name levels of one factor; ``procedure_seeds`` fit the replications."""
+    def factor_with(levels: tuple[str, ...], field: str) -> None:
+        if len(set(levels)) != len(levels):
+            raise _reject(where, field, f"names a level twice ({', '.join(levels)})")
+        if not any(set(levels) <= set(f.levels) for f in spec.factors):
+            raise _reject(where, field, f"{', '.join(map(repr, levels))} are not levels of one factor")
+
+    for i, pair in enumerate(spec.comparisons):
+        factor_with(tuple(pair), f"comparisons[{i}]")
+    for i, quad in enumerate(spec.interactions):
+        factor_with(tuple(quad), f"interactions[{i}]")
+    seeds = spec.procedure_seeds
+    if seeds:
+        if len(set(seeds)) != len(seeds):
+            raise _reject(where, "procedure_seeds", "a seed is listed twice")
+        if not any(f.scope.kind == "procedure" for f in spec.factors):
+            raise _reject(where, "procedure_seeds", "no procedure factor to make once per seed")
+        if spec.replications % len(seeds):
+            raise _reject(where, "replications", f"{spec.replications} is not a multiple of the "
+                          f"{len(seeds)} procedure seeds (replication r plays seed r mod {len(seeds)})")
+    if spec.expected_wall_s < 0:
+        raise _reject(where, "expected_wall_s", "is negative")
 
 
 def _check_falsify(spec: ExperimentSpec, where: str) -> Expression:
@@ -232,6 +294,7 @@ def check_spec(spec: ExperimentSpec, where: str = "spec") -> ExperimentSpec:
     if unknown:
         raise _reject(where, "response_variables", f"unknown {', '.join(unknown)} (known: "
                       f"{', '.join(RESPONSE_VARIABLES)})")
+    _check_pairs(spec, where)
     _check_falsify(spec, where)
     return spec
 
@@ -274,6 +337,6 @@ def factor_of(spec: ExperimentSpec, name: str) -> Factor:
 
 __all__ = [
     "RESPONSE_VARIABLES", "ExperimentSpec", "Factor", "MutableScope", "artifact_of", "cell_name", "cells",
-    "check_spec", "factor_of", "level_names", "load_spec", "parse_spec", "read_spec_file", "spec_digest",
+    "check_spec", "factor_of", "level_names", "load_spec", "mixed_of", "parse_spec", "read_spec_file", "spec_digest",
     "spec_schema", "spec_to_dict",
 ]

@@ -1,0 +1,82 @@
+"""Claims and their test ranges: a test task judges one claim once.
+
+A spec with ``claim`` set is a pre-registered claim. Its test-split tasks
+(``<bench>:<game>:test:<n>``) may be no other claim's: not those of another claim spec in the
+registry directory (the committed specs, ``hx experiment run --registry DIR``, by default the
+spec's own directory), nor a range the registry declares spent in ``spent-test-ranges.yaml``
+(figures made before claims were pre-registered)::
+
+    - {tasks: "twx:coin:test:0-199", by: "figures before pre-registration"}
+
+A spec is not in conflict with itself: the same file, or a copy of it under the same claim
+name (a bench runs a copy in its data directory). Anything else is one line naming the task
+and the claim that used it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hx.experiment.errors import SpecRejected
+from schemas.documents import read_document
+from schemas.experiment import ExperimentSpec
+
+SPENT = "spent-test-ranges.yaml"
+_RANGE = re.compile(r"^(?P<game>[^:]+:[^:]+):test:(?P<low>\d+)(?:-(?P<high>\d+))?$")
+
+
+def test_tasks(tasks: Any) -> set[str]:
+    """The test-split task ids among ``tasks``."""
+    return {str(t) for t in tasks or () if isinstance(t, str) and ":test:" in t}
+
+
+def _spent(path: Path) -> Iterator[tuple[str, str]]:
+    """(task, who used it) for every task of every range the spent file declares."""
+    data = read_document(path, "spent test ranges", SpecRejected)
+    if not isinstance(data, list):
+        raise SpecRejected(f"{path}: a list of {{tasks: <bench:game:test:low-high>, by: <who>}}, not "
+                           f"{type(data).__name__}")
+    for i, entry in enumerate(data):
+        found = _RANGE.match(str(entry.get("tasks", ""))) if isinstance(entry, dict) else None
+        if found is None:
+            raise SpecRejected(f"{path}: [{i}].tasks: not <bench>:<game>:test:<low>-<high>")
+        low, high = int(found["low"]), int(found["high"] or found["low"])
+        for n in range(low, high + 1):
+            yield f"{found['game']}:test:{n}", f"{entry.get('by') or 'a spent range'} ({path.name})"
+
+
+def _claims(registry: Path, own: Path | None) -> Iterator[tuple[str, str, Path]]:
+    """(claim name, task, file) for the test tasks of every other claim spec in the registry."""
+    for path in sorted(registry.iterdir()):
+        if path.suffix not in (".yaml", ".yml", ".json", ".toml") or path.name == SPENT:
+            continue
+        if own is not None and path.resolve() == own.resolve():
+            continue
+        data = read_document(path, "spec", SpecRejected)
+        if isinstance(data, dict) and data.get("claim"):
+            for task in test_tasks(data.get("tasks")):
+                yield str(data["claim"]), task, path
+
+
+def check_claim(spec: ExperimentSpec, path: Path | None, registry: Path) -> None:
+    """Raise SpecRejected when a claim spec's test tasks are another claim's or spent; nothing for other specs."""
+    mine = test_tasks(spec.tasks)
+    if not spec.claim or not mine:
+        return
+    where = str(path) if path is not None else "spec"
+    if not registry.is_dir():
+        raise SpecRejected(f"{where}: claim: no registry directory {str(registry)!r} to check its test tasks against")
+    used: dict[str, str] = {}
+    if (registry / SPENT).is_file():
+        used.update(_spent(registry / SPENT))
+    for name, task, other in _claims(registry, path):
+        if name != spec.claim:  # a copy of this claim's own spec is not another claim
+            used.setdefault(task, f"claim {name!r} ({other.name})")
+    clash = sorted(mine & set(used), key=lambda t: (t.rsplit(":", 1)[0], int(t.rsplit(":", 1)[1])))
+    if clash:
+        more = f" and {len(clash) - 1} more" if len(clash) > 1 else ""
+        raise SpecRejected(f"{where}: tasks: {clash[0]}{more} already used by {used[clash[0]]}; a test task judges "
+                           "one claim once")
