@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,21 +64,29 @@ def validation_tasks(spec: dict[str, Any], per_game: int, skip: int) -> list[str
     return out
 
 
-def run_spec(spec: dict[str, Any], *, concurrency: int, keep: Path | None = None) -> Concluded:
-    """Run ``spec`` in a fresh data directory (or ``keep``); its conclusion. A failure exits with hx's error."""
+def run_spec(spec: dict[str, Any], *, concurrency: int, keep: Path | None = None, resume: str | None = None,
+             run_id: str | None = None) -> Concluded:
+    """Run ``spec`` in a fresh data directory (or ``keep``, where ``resume`` goes on with an earlier run); its
+    conclusion. A claim spec is checked against the committed specs (``--registry bench/specs``). The run's
+    progress goes to ``experiment.err`` in the data directory. A failure exits with hx's error."""
     with tempfile.TemporaryDirectory(prefix="hx-bench-spec-") as tmp:
         data = keep or Path(tmp)
         data.mkdir(parents=True, exist_ok=True)
         path = data / "spec.yaml"
-        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        if resume is None or not path.exists():  # a resumed run's spec is the one it started with, as written
+            path.write_text(yaml.safe_dump(spec, sort_keys=False))
         command = [sys.executable, "-m", "hx", "--data-dir", str(data), "experiment", "run", str(path), "--json",
-                   "--concurrency", str(concurrency)]
+                   "--concurrency", str(concurrency), "--registry", str(SPECS),
+                   *(["--resume", resume] if resume else ["--run-id", run_id] if run_id else [])]
         env = {k: v for k, v in os.environ.items() if k not in ("HX_NATS_URL", "HX_DATA_DIR")}
         began = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**env, "PYTHONHASHSEED": "0"})
+        with (data / "experiment.err").open("a") as err:
+            done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
+                                  env={**env, "PYTHONHASHSEED": "0"})
         seconds = time.perf_counter() - began
-    if done.returncode != 0:
-        sys.exit(f"hx experiment run failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+        if done.returncode != 0:
+            tail = (data / "experiment.err").read_text()[-4000:]
+            sys.exit(f"hx experiment run failed (exit {done.returncode}):\n{tail}")
     return Concluded(spec, json.loads(done.stdout), seconds)
 
 
@@ -88,49 +95,22 @@ def _bounds(b: dict[str, Any]) -> str:
 
 
 def print_conclusion(run: Concluded, title: str) -> None:
-    """Per level the mean of each response variable with its 95% interval, each effect with its interval,
-    size and keep-rule verdict, and the falsification verdict."""
+    """Per level the mean of each response variable (and per game, when the spec asks) with its 95% interval, each
+    effect with its interval, size and keep-rule verdict, each interaction, and the falsification verdict."""
     c = run.conclusion
-    variables = run.spec["response_variables"]
+    variables = list(dict.fromkeys(s["variable"] for s in c["levels"]))
     print(f"\n== {title}: {c['units']} units, {run.seconds:.0f} s wall (run {c['run_id']}) ==")
-    print(f"{'level':<12}" + "".join(f"{v:>28}" for v in variables))
     means = {(s["level"], s["variable"]): s["mean"] for s in c["levels"]}
-    for level in dict.fromkeys(s["level"] for s in c["levels"]):
-        print(f"{level:<12}" + "".join(f"{_bounds(means[(level, v)]):>28}" if (level, v) in means else f"{'-':>28}"
-                                       for v in variables))
-    print(f"\n{'effect':<24}{'variable':<10}{'difference [95%]':>28}{'d':>7}  verdict")
+    width = max(len(s["level"]) for s in c["levels"]) + 2
+    for variable in variables:
+        print(f"{'level':<{width}}{variable:>28}")
+        for level in dict.fromkeys(s["level"] for s in c["levels"]):
+            if (level, variable) in means:
+                print(f"{level:<{width}}{_bounds(means[(level, variable)]):>28}")
+    print(f"\n{'effect':<44}{'variable':<26}{'difference [95%]':>28}{'d':>7}  verdict")
     for e in c["effects"]:
-        print(f"{e['level'] + ' - ' + e['reference']:<24}{e['variable']:<10}{_bounds(e['difference']):>28}"
+        print(f"{e['level'] + ' - ' + e['reference']:<44}{e['variable']:<26}{_bounds(e['difference']):>28}"
               f"{e['effect_size']['estimate']:>7.2f}  {e['verdict']}")
+    for i in c.get("interactions", []):
+        print(f"interaction {i['factors'][1]:<32}{i['variable']:<26}{_bounds(i['contrast']):>28}")
     print(f"falsified_if: {c['falsified']} ({c['detail']})")
-
-
-def print_across(runs: Iterable[Concluded]) -> None:
-    """With several seeds: each effect on ``passed`` per seed, and its mean over seeds."""
-    rows: dict[str, list[float]] = {}
-    verdicts: dict[str, list[str]] = {}
-    for run in runs:
-        for e in run.conclusion["effects"]:
-            if e["variable"] == "passed":
-                name = f"{e['level']} - {e['reference']}"
-                rows.setdefault(name, []).append(e["difference"]["estimate"])
-                verdicts.setdefault(name, []).append(e["verdict"])
-    print("\n== passed: effect per seed ==")
-    for name, values in rows.items():
-        shown = ", ".join(f"{v:+.3f} ({d})" for v, d in zip(values, verdicts[name], strict=True))
-        print(f"{name:<24} mean {sum(values) / len(values):+.3f}: {shown}")
-
-
-def run_seeds(committed: dict[str, Any], seeds: Sequence[int] | None, concurrency: int,
-              derive: Callable[[dict[str, Any], int], dict[str, Any]]) -> list[Concluded]:
-    """Run the committed spec once per seed (its own seed when none are given) as ``derive`` adapts it, print each
-    conclusion, and the spread across seeds when there are several."""
-    runs: list[Concluded] = []
-    for seed in seeds or [committed.get("seed", 42)]:
-        spec = derive(committed, seed)
-        run = run_spec(spec, concurrency=concurrency)
-        print_conclusion(run, f"{spec['title']}, seed {seed}")
-        runs.append(run)
-    if len(runs) > 1:
-        print_across(runs)
-    return runs

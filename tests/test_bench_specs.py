@@ -30,7 +30,8 @@ from streams.config import NatsSettings
 from streams.connection import connect
 from streams.log import EventLog
 
-SPECS = sorted((Path(__file__).resolve().parent.parent / "bench" / "specs").glob("*.yaml"))
+SPECS = sorted(p for p in (Path(__file__).resolve().parent.parent / "bench" / "specs").glob("*.yaml")
+               if p.name != "spent-test-ranges.yaml")
 
 
 def test_the_benches_have_specs() -> None:
@@ -47,19 +48,23 @@ def test_every_bench_spec_loads_validates_and_its_falsified_if_parses(path: Path
     assert factor.scope.levels[factor.levels[0]] is None  # the reference arm runs no procedure
 
 
-def test_the_coevolution_falsified_if_compares_two_procedure_levels_and_is_decided() -> None:
+def test_the_coevolution_claim_compares_what_it_names_and_is_decided() -> None:
     spec = load_spec(SPECS[0].parent / "coevolution.yaml")
-    spec = msgspec.structs.replace(spec, tasks=spec.tasks[:6])
-    rate = {"untrained": 1, "harness": 2, "model": 3, "both": 4}  # tasks passed (of 6) in each arm
+    spec = msgspec.structs.replace(spec, tasks=spec.tasks[:20])
+    rate = {"untrained": 4, "harness": 8, "model": 12, "both": 16, "both_harness_untrained": 8,
+            "harness_both_policy": 12}  # tasks passed (of 20) in each arm
     outputs = {u: AttemptOutput(run="r", round=u.cell.index, task=u.task, attempt=u.replication, finished=True,
                                 passed=spec.tasks.index(u.task) < rate[u.cell.name], steps=10)
                for u in units(spec)}
     concluded = conclude(spec, design_cells(spec), outputs, run_id="r", spec_digest="d")
-    effects = {(e.level, e.reference): e.difference for e in concluded.effects if e.variable == "passed"}
-    # each level against the reference, and the pair the falsified_if names (both against harness)
-    assert set(effects) == {("harness", "untrained"), ("model", "untrained"), ("both", "untrained"),
-                            ("both", "harness")}
-    assert effects[("both", "harness")].estimate == pytest.approx(2 / 6)
+    effects = {(e.level, e.reference): e.difference for e in concluded.effects if e.variable == "pass_at_k"}
+    # each level against the reference, and every comparison the spec names
+    assert set(effects) == {*((level, "untrained") for level in rate if level != "untrained"),
+                            ("both", "harness"), ("both", "both_harness_untrained"),
+                            ("harness_both_policy", "harness"), ("both_harness_untrained", "harness")}
+    assert effects[("both", "harness")].estimate == pytest.approx(8 / 20)
+    [interaction] = [i for i in concluded.interactions if i.variable == "pass_at_k"]
+    assert interaction.contrast.estimate == pytest.approx((16 - 12 - 8 + 4) / 20)
     assert concluded.falsified == "not_falsified", concluded.detail
 
 
@@ -140,5 +145,6 @@ def test_a_quick_run_never_plays_the_test_range_its_committed_spec_is_judged_on(
     quick = module.derive(committed, seed=0, quick=True)
     assert quick["tasks"] and all(task.split(":")[2] == "dev" for task in quick["tasks"])
     adapted = max(o.get("tasks", 0) for o in quick["factors"][0]["scope"]["levels"].values() if o)
+    assert "claim" not in quick and len(quick.get("procedure_seeds", [])) <= 1
     assert min(int(task.split(":")[3]) for task in quick["tasks"]) >= adapted  # not the procedures' own dev tasks
     parse_spec(quick, where=f"{bench} --quick")  # a spec hx experiment run accepts
