@@ -70,6 +70,22 @@ class CodeAsset(Payload, frozen=True, kw_only=True):
     """The registry name of the processor it defines."""
 
 
+class CapabilityEvidence(Payload, frozen=True, kw_only=True):
+    """What shows the edit's mechanism works: a claim and something observed, not believed."""
+
+    kind: str = "other"
+    """``builtin_processor``, ``code_smoke``, ``python_package``, ``filesystem`` or ``other``."""
+    claim: str
+    evidence: str
+
+
+class AcceptedRegression(Payload, frozen=True, kw_only=True):
+    """A regression of the round the candidate does not undo, and why that is acceptable."""
+
+    task: str
+    why: str
+
+
 class Manifest(Payload, frozen=True, kw_only=True):
     """A candidate's falsifiable claim: what it should change, on which tasks, shown by what."""
 
@@ -83,3 +99,12 @@ class Manifest(Payload, frozen=True, kw_only=True):
     evidence: tuple[Anchor, ...] = ()
     attribution: str = ""
     """The singleton group whose trigger must appear on a flipped task (attribution signature)."""
+    capability_evidence: tuple[CapabilityEvidence, ...] = ()
+    """Observed evidence that the edit's mechanism works (the paper's ``capability_evidence``)."""
+    stabilise: tuple[str, ...] = ()
+    """Solved tasks that pass only sometimes and should pass every attempt (``tasks_will_stabilize``)."""
+    expected_min_calls: int = 0
+    """How often the attribution group must trigger on a flipped task, at least (0: no attribution)."""
+    accepted_regressions: tuple[AcceptedRegression, ...] = ()
+    """The round's regressions it leaves as they are, each with why (the paper's "why this regression is
+    acceptable"): the critic turns down a round that neither addresses a regression nor says why."""

@@ -247,6 +247,10 @@ class CriticJudged(LedgerEvent, frozen=True, kw_only=True):
     banned: tuple[str, ...] = ()
     """Levers the strategy concern bans for the next round."""
     critic: str = "deterministic"
+    overlaps: tuple[CandidateConcern, ...] = ()
+    """Per candidate, what it shares with the harness it edits (groups it touches, hooks it joins)."""
+    unaddressed: tuple[str, ...] = ()
+    """The round's regressions no candidate addresses or accepts with a reason: the round is a no-op."""
 
 
 class ApprovalRequested(LedgerEvent, frozen=True, kw_only=True):
@@ -383,6 +387,12 @@ _LATER_NESTED = (("metrics", "tokens"),)
 """Nested fields added later (``RoundMetrics.tokens``): left out of the digest while absent (None), for the same
 reason."""
 _LATER_LISTED: dict[str, dict[str, object]] = {"flips": {"base_attempts": 0, "base_passes": 0, "decision": ""}}
+_LATER_DEFAULTS: dict[str, dict[str, object]] = {
+    "manifest": {"capability_evidence": [], "stabilise": [], "expected_min_calls": 0, "accepted_regressions": []},
+}
+"""Fields added later to a nested struct (the manifest's paper fields): left out of the digest at their defaults."""
+_LATER_TOP: dict[str, object] = {"overlaps": [], "unaddressed": []}
+"""Top-level fields added later (the critic's overlaps and unaddressed regressions): the same, at their defaults."""
 """Fields added later to the items of a list (``TaskFlip``'s variant side and decision): left out of the digest
 while they hold their defaults, for the same reason."""
 
@@ -398,6 +408,14 @@ def digested_body(event: LedgerEvent) -> bytes:
         nested = fields.get(outer)
         if isinstance(nested, dict) and inner in nested and nested[inner] is None:
             del nested[inner]
+    for outer, defaults in _LATER_DEFAULTS.items():
+        nested = fields.get(outer)
+        for name, default in defaults.items():
+            if isinstance(nested, dict) and nested.get(name, default) == default:
+                nested.pop(name, None)
+    for name, default in _LATER_TOP.items():
+        if fields.get(name, default) == default:
+            fields.pop(name, None)
     for outer, defaults in _LATER_LISTED.items():
         for item in fields.get(outer) or ():
             for name, default in defaults.items():

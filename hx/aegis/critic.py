@@ -7,6 +7,13 @@ Deterministic by default (an LLM critic may replace ``review``, but not the gate
   undoes). A candidate with an unsupported prediction, or no evidence anchor, is asked to
   revise once; after that, one with no supported prediction is left out.
 - The ship ranking orders the rest by supported flips times the reputation of their levers.
+- Regressions: a round whose regressions (tasks solved in the previous round and not in this one)
+  include one that no candidate addresses (predicts it flips back, e.g. by reverting the ship
+  that broke it) and none accepts with a stated reason (``Manifest.accepted_regressions``) is a
+  no-op, naming the tasks left unaddressed (the paper's rule).
+- Overlap: for each candidate, what it shares with the harness it edits (a group it replaces,
+  removes or re-parameterises; the hooks it joins and who serves them already), on the ledger so
+  a reader can weigh interference.
 - The portfolio audit looks across rounds: three or more ships in a row in one bucket raise
   a strategy concern; so does a lever whose hit rate fell below 0.4 in two of its last
   three shipping rounds, and that lever is banned for the next round. Only a new low rate
@@ -21,8 +28,9 @@ from dataclasses import dataclass, field
 
 from hx.aegis import levers
 from hx.aegis.state import RunState
+from hx.harness.processor import registered
 from projections.ledger_records import levers_of
-from schemas.edits import Remove
+from schemas.edits import Attach, Remove, Reparam, Replace
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateConcern, CandidateProposed
 
@@ -40,6 +48,10 @@ class Review:
     """Candidate -> what to revise (only on the first pass)."""
     strategy_concern: str = ""
     banned: tuple[str, ...] = ()
+    overlaps: dict[str, list[str]] = field(default_factory=dict)
+    """Candidate -> what it shares with the harness it edits."""
+    unaddressed: tuple[str, ...] = ()
+    """Regressions no candidate addresses or accepts: the round is a no-op."""
 
     @property
     def no_op(self) -> bool:
@@ -49,6 +61,10 @@ class Review:
     def concern_list(self) -> tuple[CandidateConcern, ...]:
         """The concerns as ledger payloads."""
         return tuple(CandidateConcern(candidate=c, concerns=tuple(v)) for c, v in sorted(self.concerns.items()) if v)
+
+    def overlap_list(self) -> tuple[CandidateConcern, ...]:
+        """The overlaps as ledger payloads."""
+        return tuple(CandidateConcern(candidate=c, concerns=tuple(v)) for c, v in sorted(self.overlaps.items()) if v)
 
 
 def supported(candidate: CandidateProposed, digests: Sequence[TaskDigest]) -> tuple[str, ...]:
@@ -87,7 +103,56 @@ def review(state: RunState, round: int, candidates: Sequence[CandidateProposed],
             scored.append((len(backed) * weight, cand.candidate))
     out.ranking = tuple(c for _, c in sorted(scored, key=lambda s: (-s[0], s[1])))
     out.strategy_concern, out.banned = audit(state, round)
+    out.overlaps = {c.candidate: overlap(state, c) for c in candidates}
+    out.unaddressed = unaddressed(state, round, candidates, digests)
+    if out.unaddressed and out.ranking:
+        shown = ", ".join(out.unaddressed[:5]) + (f" and {len(out.unaddressed) - 5} more"
+                                                   if len(out.unaddressed) > 5 else "")
+        out.ranking = ()
+        why = (f"no-op: regression(s) {shown} neither addressed by a candidate nor accepted with a reason")
+        out.strategy_concern = f"{why}. {out.strategy_concern}".strip()
     return out
+
+
+def unaddressed(state: RunState, round: int, candidates: Sequence[CandidateProposed],
+                digests: Sequence[TaskDigest]) -> tuple[str, ...]:
+    """The round's regressions that no candidate predicts to flip back nor accepts with a stated reason."""
+    covered = {t for c in candidates for t in c.manifest.predicted_flips}
+    covered |= {a.task for c in candidates for a in c.manifest.accepted_regressions if a.why.strip()}
+    return tuple(sorted(r.task for r in state.regressions(round, digests) if r.task not in covered))
+
+
+def overlap(state: RunState, candidate: CandidateProposed) -> list[str]:
+    """What a candidate shares with its variant's harness: groups it edits there, hooks it joins and their users."""
+    variant = state.variants.get(candidate.variant)
+    if variant is None:
+        return []
+    present = {a.group(): a for a in variant.harness.attachments}
+    by_hook: dict[str, list[str]] = {}
+    for a in variant.harness.attachments:
+        for hook in a.hooks:
+            by_hook.setdefault(hook, []).append(a.type)
+    out = []
+    for op in candidate.operations:
+        if isinstance(op, Attach):
+            try:
+                group = registered_group(op.processor)
+            except KeyError:
+                continue
+            if group in present:
+                out.append(f"replaces {present[group].type} in group {group}")
+            shared = [f"{hook} (with {', '.join(by_hook[hook])})" for hook in op.hooks if by_hook.get(hook)]
+            if shared:
+                out.append(f"{op.processor} joins {'; '.join(shared)}")
+        elif isinstance(op, Remove | Reparam | Replace) and op.group in present:
+            verb = {Remove: "removes", Reparam: "re-parameterises", Replace: "replaces"}[type(op)]
+            out.append(f"{verb} {present[op.group].type} (group {op.group})")
+    return out
+
+
+def registered_group(processor: str) -> str:
+    """The singleton group a registered processor occupies (KeyError when none is registered by that name)."""
+    return registered()[processor].group()
 
 
 def audit(state: RunState, round: int) -> tuple[str, tuple[str, ...]]:

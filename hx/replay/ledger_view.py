@@ -150,7 +150,8 @@ def headline(event: LedgerEvent) -> str:
         said = "no-op" if event.no_op else f"ranking {', '.join(event.ranking) or '(empty)'}"
         extra = f"; revise {', '.join(event.revisions)}" if event.revisions else ""
         concern = f"; concern: {event.strategy_concern}" if event.strategy_concern else ""
-        return f"critic ({event.critic}): {said}{extra}{concern}"
+        overlap = "".join(f"; {o.candidate} {o.concerns[0]}" for o in event.overlaps[:3] if o.concerns)
+        return f"critic ({event.critic}): {said}{extra}{concern}{overlap}"
     if isinstance(event, GateJudged):
         verdict = f"passed ({event.outcome})" if event.passed else _rejection(event)
         flips = sum(f.after and not f.before for f in event.flips), sum(f.before and not f.after for f in event.flips)

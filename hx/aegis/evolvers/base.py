@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from hx.aegis.meta import MetaAgent
 from hx.aegis.state import RunState
 from hx.runtime.code import CodeStore
@@ -99,9 +101,7 @@ class Evolver(ABC):
             return None
         evidence = evidence_for(context.digests, flips)
         return Proposal(proposal.variant, proposal.operations,
-                        Manifest(intended_effect=manifest.intended_effect, categories=manifest.categories,
-                                 predicted_flips=flips, at_risk=manifest.at_risk, evidence=evidence,
-                                 attribution=manifest.attribution), proposal.code)
+                        msgspec.structs.replace(manifest, predicted_flips=flips, evidence=evidence), proposal.code)
 
     async def aclose(self) -> None:  # noqa: B027 - optional: only evolvers holding connections need it
         """Release what the evolver holds."""

@@ -158,7 +158,9 @@ class LlmEvolver(Evolver):
         manifest = Manifest(intended_effect=m.intended_effect, categories=m.categories,
                             predicted_flips=m.predicted_flips, at_risk=m.at_risk,
                             evidence=evidence_for(context.digests, m.predicted_flips),
-                            attribution=attribution)
+                            attribution=attribution, capability_evidence=m.capability_evidence,
+                            stabilise=m.stabilise, expected_min_calls=m.expected_min_calls,
+                            accepted_regressions=m.accepted_regressions)
         return Proposal(cand.variant, ops, manifest, tuple(assets))
 
     def _declared(self, code: Sequence[WireCode]) -> list[Declared]:

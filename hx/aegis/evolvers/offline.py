@@ -34,7 +34,7 @@ from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
 from hx.harness.processor import Processor, processor_type
 from projections.ledger_records import lever_of
-from schemas.edits import Attach, Manifest, Remove, Reparam
+from schemas.edits import AcceptedRegression, Attach, CapabilityEvidence, Manifest, Remove, Reparam
 from schemas.landscape import TaskDigest
 
 MAX_PREDICTED = 40
@@ -89,7 +89,8 @@ class OfflineEvolver(Evolver):
             elif status == "stale":
                 stale.setdefault(key, proposal)
         # Edits judged under an earlier policy come after every new one: judged again only when nothing new is left.
-        return out + [p for key, p in stale.items() if key not in seen][:k - len(out)]
+        chosen = out + [p for key, p in stale.items() if key not in seen][:k - len(out)]
+        return [completed(context, p) for p in chosen]
 
     def _reverts(self, context: Context, variant: str, harness: HarnessConfig) -> list[tuple[float, str, Proposal]]:
         out = []
@@ -154,6 +155,35 @@ class OfflineEvolver(Evolver):
                                 evidence=evidence_for(support, [d.task for d in support]), attribution=cls.group())
             out.append((weight, name, Proposal(variant, (op,), manifest)))
         return out
+
+
+def completed(context: Context, proposal: Proposal) -> Proposal:
+    """A proposal with the paper's manifest fields, read from the evidence: capability evidence (each attached
+    processor is a registered library processor that composes with the variant: ``apply`` built it), the variant's
+    tasks that pass only sometimes in the clusters it predicts flips in (to stabilise), one trigger of its
+    attribution group expected on a flipped task, and the round's regressions it does not undo that passed only
+    some attempts before (a partial pass lost is within pass@k's sampling noise), each with that reason."""
+    m = proposal.manifest
+    capability = tuple(CapabilityEvidence(kind="builtin_processor", claim=f"{op.processor} is a library processor "
+                                          f"that serves {', '.join(op.hooks)}",
+                                          evidence=f"registered as {processor_type(op.processor).__module__}."
+                                          f"{processor_type(op.processor).__qualname__}; the edit built on the "
+                                          "variant's harness")
+                       for op in proposal.operations if isinstance(op, Attach))
+    clusters = {d.cluster for d in context.digests if d.task in set(m.predicted_flips)}
+    stabilise = tuple(d.task for d in context.digests if d.variant == proposal.variant and d.cluster in clusters
+                      and 0 < d.passes < d.attempts)[:MAX_PREDICTED]
+    before = {d.task: d for d in context.state.digests.get(context.round - 1, ())}
+    accepted = tuple(AcceptedRegression(task=r.task, why=f"it passed {before[r.task].passes} of "
+                                        f"{before[r.task].attempts} attempts in round {context.round - 1}: losing a "
+                                        "partial pass is within the sampling noise of pass@k")
+                     for r in context.landscape.regressions if r.variant == proposal.variant
+                     and r.task not in m.predicted_flips and r.task in before
+                     and before[r.task].passes < before[r.task].attempts)
+    return Proposal(proposal.variant, proposal.operations, msgspec.structs.replace(
+        m, capability_evidence=m.capability_evidence or capability, stabilise=m.stabilise or stabilise,
+        expected_min_calls=m.expected_min_calls or int(bool(m.attribution)),
+        accepted_regressions=m.accepted_regressions or accepted), proposal.code)
 
 
 def _combinations(harness: HarnessConfig,

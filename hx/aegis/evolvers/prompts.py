@@ -38,7 +38,14 @@ REPLY_FORMAT = """{"candidates": [
                 "categories": ["<failure category it addresses>"],
                 "predicted_flips": ["<failing task id expected to pass>"],
                 "at_risk": ["<passing task id it might break>"],
-                "attribution": "<singleton group whose trigger must show on a flipped task>"},
+                "attribution": "<singleton group whose trigger must show on a flipped task>",
+                "expected_min_calls": 1,
+                "capability_evidence": [{"kind": "builtin_processor|code_smoke|other",
+                                         "claim": "<what the edit relies on>",
+                                         "evidence": "<what you observed that shows it: a registry entry, a trace>"}],
+                "stabilise": ["<solved task that passes only sometimes and should pass every attempt>"],
+                "accepted_regressions": [{"task": "<a regression of this round you do not undo>",
+                                          "why": "<why that is acceptable>"}]},
    "code": [{"name": "<file>.py", "source": "<python source>"}]}]}"""
 
 NEW_CODE = '''A new processor is a Python module with exactly one class that subclasses
@@ -105,6 +112,10 @@ manifest, a falsifiable claim the next round will check:
 - base every candidate on the evidence: predict flips only for tasks listed as failing with
   a category the candidate claims to address; a few well-supported candidates beat many guesses;
 - regressions come first: when a recent ship broke tasks that used to pass, undo or repair it;
+  every regression must be predicted to flip back by some candidate, or listed in a manifest's
+  accepted_regressions with why it is acceptable, or the critic turns the whole round down;
+- capability_evidence says what you observed that shows the edit's mechanism works; stabilise
+  lists solved tasks that pass only sometimes and should pass every attempt;
 - weigh edit kinds and dimensions the loop has not tried against those that keep missing;
   never use a banned lever, and answer the strategy concern when there is one;
 - parameters and code must generalise: never write a task id, a solution step or an expected

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from hx.aegis.errors import EvolverReplyError
-from schemas.edits import AnyEditOp
+from schemas.edits import AcceptedRegression, AnyEditOp, CapabilityEvidence
 
 T = TypeVar("T")
 _FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.S)
@@ -38,6 +38,10 @@ class WireManifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     predicted_flips: tuple[str, ...] = ()
     at_risk: tuple[str, ...] = ()
     attribution: str = ""
+    capability_evidence: tuple[CapabilityEvidence, ...] = ()
+    stabilise: tuple[str, ...] = ()
+    expected_min_calls: int = 0
+    accepted_regressions: tuple[AcceptedRegression, ...] = ()
 
 
 class WireCandidate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

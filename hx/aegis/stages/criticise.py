@@ -67,7 +67,8 @@ class Criticise:
         judged = CriticJudged(run_id=run.run_id, round=t, ranking=final.ranking, no_op=final.no_op,
                               concerns=final.concern_list(), revisions=tuple(first.revisions),
                               strategy_concern=final.strategy_concern, banned=final.banned,
-                              critic="llm" if self.critic else "deterministic")
+                              critic="llm" if self.critic else "deterministic", overlaps=final.overlap_list(),
+                              unaddressed=final.unaddressed)
         await run.append(judged)
         return judged
 
@@ -81,7 +82,8 @@ class Criticise:
         """The ranking, for the gate; no candidate backed by evidence ends the round."""
         ctx.judged = output
         if output.no_op:
-            ctx.end("all_rejected", "the critic found no candidate backed by evidence")
+            ctx.end("all_rejected", f"regression(s) {', '.join(output.unaddressed)} neither addressed nor accepted "
+                    "with a reason" if output.unaddressed else "the critic found no candidate backed by evidence")
 
     def show(self, output: CriticJudged) -> str:
         """The ranking, as ``hx ledger`` shows it."""
