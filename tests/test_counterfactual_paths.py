@@ -2,7 +2,7 @@
 
 The variant's main rollout plays coin games on the test's own nats-server; the gate's
 counterfactual check then replays its solved attempts under a candidate. A candidate that
-stops offering an action the recorded success needed (opening a door) is rejected, naming
+stops offering an action the recorded success needed (taking what scored) is rejected, naming
 task, attempt and step; one that prunes only actions that never change the game's state
 ("look around", "inventory"), or the ``task_objects`` lever, keeps every path open. The
 winning actions are read from the trace independently here (the room description or the
@@ -25,7 +25,7 @@ from hx.aegis.evidence import Evidence
 from hx.aegis.gate import Forbidden, judge
 from hx.aegis.operations import buckets_of
 from hx.aegis.trials import Trials
-from hx.aegis.winning import winning_steps
+from hx.aegis.winning import WinningStep, corroborated, winning_steps
 from hx.environments.registry import Benchmark, benchmark
 from hx.environments.rollout import RolloutSettings
 from hx.environments.splits import Splits
@@ -39,6 +39,7 @@ from schemas.envelope import Record
 from schemas.hooks import BeforeModel
 from schemas.ledger import CandidateProposed
 from schemas.lifecycle import AttemptFinished
+from schemas.messages import ToolCall
 from schemas.tools import EnvObservation, ToolInvoked
 from streams.config import NatsSettings
 from streams.connection import Connection, connect
@@ -140,23 +141,23 @@ def candidate(ops: tuple[AnyEditOp, ...]) -> CandidateProposed:
 
 async def test_a_candidate_that_stops_offering_a_winning_action_is_rejected_naming_the_step(
         conn: Connection, twx: Benchmark, drop_actions: str) -> None:
-    """No more "open ...": every recorded success through a door it opened is a path closed, named by its step."""
+    """No more "take ...": every recorded success that took what scored is a path closed, named by its step."""
     trials, passing = await main_round(conn, twx)
-    opened = {s: [step for step, action, changed in steps_taken(rs) if changed and action.startswith("open")]
-              for s, rs in passing.items()}
-    assert any(opened.values()), "no solved attempt opened a door: nothing for the candidate to close"
-    ops = (Attach(processor=drop_actions, hooks=("before_model",), params={"prefixes": ["open"]}),)
+    taken = {s: [step for step, action, changed in steps_taken(rs) if changed and action.startswith("take")]
+             for s, rs in passing.items()}
+    assert all(taken.values()), "a solved attempt took nothing: the test's premise (coin is won by taking) is off"
+    ops = (Attach(processor=drop_actions, hooks=("before_model",), params={"prefixes": ["take"]}),)
     before = (trials.next_round, trials.rollouts)
     verdict = await judge(candidate(ops), lambda: apply(BASE, ops), BASE, trials, Forbidden.of([], [], []),
                           allow_fork=False)
     check = verdict.checks[-1]
     assert (check.name, check.passed, verdict.outcome) == ("counterfactual", False, "reject")
     assert (trials.next_round, trials.rollouts) == before  # rejected before any fresh rollout
-    closed = re.findall(r"(twx:coin:dev:\d+)#(\d) step (\d+) '(open [^']+)' no longer offered", check.detail)
+    closed = re.findall(r"(twx:coin:dev:\d+)#(\d) step (\d+) '(take [^']+)' no longer offered", check.detail)
     assert closed and check.detail.count(" no longer offered") == len(closed), check.detail
-    for task, attempt, step, action in closed:  # each one a door the attempt opened, as the trace shows it
+    for task, attempt, step, action in closed:  # each one a take the attempt scored with, as the trace shows it
         subject = next(s for s in passing if s.endswith(f".{task}.{attempt}"))
-        assert int(step) in opened[subject] and (int(step), action, True) in steps_taken(passing[subject])
+        assert int(step) in taken[subject] and (int(step), action, True) in steps_taken(passing[subject])
     assert check.detail.startswith(f"{len(passing)} attempts replayed: {len(passing) - len(closed)} paths kept open, "
                                    f"{len(closed)} closed (")
 
@@ -197,3 +198,19 @@ async def test_a_random_walks_detours_and_no_ops_are_not_winning(conn: Connectio
         reached = [after for (step, _, _), after in zip(taken, states_after(records), strict=True)
                    if step in {w.step for w in winning}]
         assert len(set(reached)) == len(reached)  # the path never comes back to a state: its loops are erased
+
+
+def test_a_change_of_state_wins_only_when_another_passing_attempt_made_the_same_move() -> None:
+    """Two passing attempts of one task: the move both made from the same state stays, one walk's own detour goes,
+    and a scoring action stays even when only one attempt made it."""
+    def step(n: int, action: str, before: str, after: str, why: str = "state changed") -> WinningStep:
+        return WinningStep(step=n, call=ToolCall(id=f"c{n}", name="act", input={"action": action}), why=why,
+                           before=before, after=after)
+
+    first = (step(1, "move east", "s0", "s1"), step(2, "close door to north", "s1", "s2"),
+             step(3, "take coin", "s2", "s3", why="score 0 -> 1"))
+    second = (step(4, "move east", "s0", "s1"), step(7, "take coin", "s1", "s4", why="score 0 -> 1"))
+    kept = corroborated([first, second])
+    assert [w.action for w in kept[0]] == ["move east", "take coin"]
+    assert [w.action for w in kept[1]] == ["move east", "take coin"]
+    assert [w.action for w in corroborated([first])[0]] == ["take coin"]  # alone: its goal only

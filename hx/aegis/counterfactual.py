@@ -150,9 +150,11 @@ def offers(tools: Sequence[ToolSchema], call: ToolCall) -> bool:
     return False
 
 
-async def paths(harness: HarnessConfig, records: Sequence[Record]) -> Paths:
-    """Check one passing attempt's winning actions (``hx.aegis.winning``) under ``harness``'s pipelines."""
-    winning = winning_steps(records)
+async def paths(harness: HarnessConfig, records: Sequence[Record],
+                winning: Sequence[WinningStep] | None = None) -> Paths:
+    """Check one passing attempt's winning actions (``hx.aegis.winning``; ``winning`` when already chosen, e.g.
+    ``corroborated`` across the task's attempts) under ``harness``'s pipelines."""
+    winning = winning_steps(records) if winning is None else tuple(winning)
     index = {(w.step, w.call.id): i for i, w in enumerate(winning)}
     if not winning:
         return Paths()

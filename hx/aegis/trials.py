@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from hx.aegis.counterfactual import Replayed, paths, replay
 from hx.aegis.errors import LedgerConflict
+from hx.aegis.winning import WinningStep, corroborated, winning_steps
 from hx.environments.errors import RunExists
 from hx.environments.registry import Benchmark
 from hx.environments.results import AttemptOutcome, summarise
@@ -112,11 +113,17 @@ class Trials:
         records: dict[str, list[Record]] = {subject: [] for subject in attempts}
         async for record in self.log.read(TRACE.name, subjects=list(attempts)):  # one read for every attempt
             records[record.subject].append(record)
+        passing = [s for s in attempts if any(isinstance(r.event, AttemptFinished) and r.event.passed
+                                              for r in records[s])]
+        winning: dict[str, tuple[WinningStep, ...]] = {}
+        for task in dict.fromkeys(attempts[s].rsplit("#", 1)[0] for s in passing):  # per task: its attempts agree
+            mine = [s for s in passing if attempts[s].rsplit("#", 1)[0] == task]
+            winning.update(zip(mine, corroborated([winning_steps(records[s]) for s in mine]), strict=True))
         out: list[Replayed] = []
-        for subject, name in attempts.items():
-            if any(isinstance(r.event, AttemptFinished) and r.event.passed for r in records[subject]):
-                verdict, where = await replay(harness, records[subject])
-                out.append(Replayed(name, verdict, where, await paths(harness, records[subject])))
+        for subject in passing:
+            verdict, where = await replay(harness, records[subject])
+            out.append(Replayed(attempts[subject], verdict, where,
+                                await paths(harness, records[subject], winning[subject])))
         return out
 
     async def fresh(self, harness: HarnessConfig, variant: str, candidate: str, flips: Sequence[str], *,

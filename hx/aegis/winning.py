@@ -4,7 +4,10 @@ A passing attempt's trace holds, after every tool call (``ToolInvoked``), what t
 environment reported (``EnvObservation``): its score and the state it is in. An action
 is *winning* when it changed the score, or moved the attempt to a state on its way to the
 end. "On its way" is the loop-erased walk: when the attempt comes back to a state it was in
-before, the actions between (a detour, a random walk's wandering) are not on the path. An
+before, the actions between (a detour, a random walk's wandering) are not on the path; and
+(``corroborated``) a change of state counts only when another passing attempt of the task
+made the same move, since one walk's own state changes (a door closed in passing) are not
+what the task needs. An
 action after which the state stayed the same (a no-op, a "you can't do that") is never
 winning. Nothing here knows a game:
 
@@ -45,6 +48,15 @@ class WinningStep:
     """The call as the tool ran it (after the recorded harness's before_tool)."""
     why: str
     """``score 0 -> 1``, ``success`` or ``state changed``."""
+    before: str = ""
+    """The state it was taken in (``state_of``)."""
+    after: str = ""
+    """The state it led to."""
+
+    @property
+    def transition(self) -> tuple[str, str, str]:
+        """(state before, action, state after): what another attempt must repeat to corroborate a change of state."""
+        return self.before, self.action, self.after
 
     @property
     def goal(self) -> bool:
@@ -92,7 +104,8 @@ def winning_steps(records: Sequence[Record]) -> tuple[WinningStep, ...]:
     score, success = 0.0, False
     pending: ToolInvoked | None = None
     moves: list[tuple[str, int]] = []
-    calls: dict[int, tuple[ToolInvoked, str]] = {}
+    calls: dict[int, tuple[ToolInvoked, str, str, str]] = {}
+    current = ""
     for record in records:
         event = record.event
         if isinstance(event, ToolInvoked):
@@ -104,12 +117,24 @@ def winning_steps(records: Sequence[Record]) -> tuple[WinningStep, ...]:
             if pending is not None:  # the observation the call left behind
                 why = (f"score {score:g} -> {event.score:g}" if event.score != score else
                        "success" if event.success and not success else "state changed")
-                calls[len(moves)] = (pending, why)
+                calls[len(moves)] = (pending, why, current or start, state)
                 moves.append((state, len(moves)))
                 pending = None
-            score, success = event.score, event.success
+            score, success, current = event.score, event.success, state
     if start is None:
         return ()
     kept = set(loop_erased(start, moves))
-    return tuple(WinningStep(step=invoked.step, call=invoked.call, why=why) for i, (invoked, why) in calls.items()
-                 if i in kept)
+    return tuple(WinningStep(step=invoked.step, call=invoked.call, why=why, before=before, after=after)
+                 for i, (invoked, why, before, after) in calls.items() if i in kept)
+
+
+def corroborated(attempts: Sequence[Sequence[WinningStep]]) -> list[tuple[WinningStep, ...]]:
+    """Each passing attempt's winning actions that the evidence backs: every action that scored or succeeded, and a
+    change of state only when another passing attempt of the same task made the same move (same state, action and
+    result). One random walk's state changes (closing a door on the way) are its own; a move two independent
+    attempts both needed is on the task's way. A task with one passing attempt keeps its goal actions only."""
+    seen: dict[tuple[str, str, str], set[int]] = {}
+    for i, steps in enumerate(attempts):
+        for w in steps:
+            seen.setdefault(w.transition, set()).add(i)
+    return [tuple(w for w in steps if w.goal or len(seen[w.transition]) > 1) for steps in attempts]
