@@ -114,11 +114,44 @@ class _FrameItem(msgspec.Struct, array_like=True, frozen=True):
 _frame_decoder = msgspec.msgpack.Decoder(list[_FrameItem])
 
 
+LaterFields = Mapping[str, object]
+"""Fields added to an event type after it was first written, with their defaults: a default value; a mapping for a
+nested struct's fields; a one-item list holding such a mapping for each item of a list of structs."""
+_LATER: dict[str, LaterFields] = {}
+_plain = msgspec.msgpack.Encoder()  # keeps the decoded maps' order: the struct's field order, as first encoded
+
+
+def later_fields(event: type[Event], fields: LaterFields) -> None:
+    """Declare fields added to ``event`` after it was first written: at their defaults they are left out of its
+    encoding, so an event of the older shape encodes to the very bytes it was stored (and digested) as."""
+    _LATER[event.TYPE] = fields
+
+
+def _trim(fields: dict[str, object], later: LaterFields) -> None:
+    for name, default in later.items():
+        value = fields.get(name)
+        if isinstance(default, Mapping):
+            if isinstance(value, dict):
+                _trim(value, default)
+        elif isinstance(default, list):
+            for item in value if isinstance(value, list) else ():
+                if isinstance(item, dict):
+                    _trim(item, default[0])
+        elif name in fields and value == msgspec.msgpack.decode(msgspec.msgpack.encode(default)):
+            del fields[name]  # compared as stored: a tuple reads back as a list, a struct as a map
+
+
 def encode_body(event: Event) -> bytes:
-    """Encode an event's fields as msgpack."""
+    """Encode an event's fields as msgpack (fields added later left out at their defaults: ``later_fields``)."""
     if not type(event).TYPE:
         raise SchemaError(f"{type(event).__qualname__} has no TYPE and cannot go on the log")
-    return _encoder.encode(event)
+    body = _encoder.encode(event)
+    later = _LATER.get(type(event).TYPE)
+    if later is None:
+        return body
+    fields = msgspec.msgpack.decode(body)
+    _trim(fields, later)
+    return _plain.encode(fields)
 
 
 def headers_for(type_name: str, version: int, msg_id: str, time_ns: int, count: int | None = None) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import msgspec
 
 from schemas.edits import AnyEditOp, Bucket, CodeAsset, Manifest
-from schemas.envelope import encode_body
+from schemas.envelope import encode_body, later_fields
 from schemas.event import Event, Payload
 from schemas.harness import HarnessSpec
 from schemas.landscape import Landscape, TaskDigest
@@ -383,18 +383,8 @@ LEDGER_EVENTS: tuple[type[LedgerEvent], ...] = (
 # The digest leaves out ``signature`` (it signs the digest) and an empty ``public_key``: an event written before
 # ledgers were signed digests to the very bytes it was chained by then.
 _plain = msgspec.msgpack.Encoder()  # keeps a map's order: the body's own (fields in order, nested maps sorted)
-_LATER_NESTED = (("metrics", "tokens"),)
-"""Nested fields added later (``RoundMetrics.tokens``): left out of the digest while absent (None), for the same
-reason."""
-_LATER_LISTED: dict[str, dict[str, object]] = {"flips": {"base_attempts": 0, "base_passes": 0, "decision": ""}}
-_LATER_DEFAULTS: dict[str, dict[str, object]] = {
-    "manifest": {"capability_evidence": [], "stabilise": [], "expected_min_calls": 0, "accepted_regressions": []},
-}
-"""Fields added later to a nested struct (the manifest's paper fields): left out of the digest at their defaults."""
-_LATER_TOP: dict[str, object] = {"overlaps": [], "unaddressed": []}
-"""Top-level fields added later (the critic's overlaps and unaddressed regressions): the same, at their defaults."""
-"""Fields added later to the items of a list (``TaskFlip``'s variant side and decision): left out of the digest
-while they hold their defaults, for the same reason."""
+# Fields added to ledger events later (``later_fields`` below) are left out of the body at their defaults, so an
+# event of an older shape digests (and encodes) to the very bytes it was chained by.
 
 
 def digested_body(event: LedgerEvent) -> bytes:
@@ -404,23 +394,6 @@ def digested_body(event: LedgerEvent) -> bytes:
     for absent in ("public_key", "at_ns"):  # fields added later: their empty values leave old digests as they were
         if fields.get(absent) in ("", 0):
             del fields[absent]
-    for outer, inner in _LATER_NESTED:
-        nested = fields.get(outer)
-        if isinstance(nested, dict) and inner in nested and nested[inner] is None:
-            del nested[inner]
-    for outer, defaults in _LATER_DEFAULTS.items():
-        nested = fields.get(outer)
-        for name, default in defaults.items():
-            if isinstance(nested, dict) and nested.get(name, default) == default:
-                nested.pop(name, None)
-    for name, default in _LATER_TOP.items():
-        if fields.get(name, default) == default:
-            fields.pop(name, None)
-    for outer, defaults in _LATER_LISTED.items():
-        for item in fields.get(outer) or ():
-            for name, default in defaults.items():
-                if isinstance(item, dict) and item.get(name, default) == default:
-                    item.pop(name, None)
     return _plain.encode(fields)
 
 
@@ -432,3 +405,12 @@ def ledger_digest(event: LedgerEvent) -> str:
 def chained(event: LedgerEvent, prev: str) -> LedgerEvent:
     """``event`` with ``prev`` set: the next link of a chain whose head is ``prev``."""
     return msgspec.structs.replace(event, prev=prev)
+
+
+_MANIFEST_LATER = {"capability_evidence": (), "stabilise": (), "expected_min_calls": 0, "accepted_regressions": ()}
+later_fields(CandidateProposed, {"manifest": _MANIFEST_LATER})
+later_fields(CandidateRevised, {"manifest": _MANIFEST_LATER})
+later_fields(GateJudged, {"flips": [{"base_attempts": 0, "base_passes": 0, "decision": ""}]})
+later_fields(CriticJudged, {"overlaps": (), "unaddressed": ()})
+later_fields(RoundDecided, {"metrics": {"tokens": None}})
+"""``RoundMetrics.tokens``: None on a round decided before hx counted tokens."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from schemas.envelope import later_fields
 from schemas.event import Event, JsonObject, Payload
 from schemas.messages import Usage
 
@@ -136,3 +137,7 @@ class AttemptFinished(Event, frozen=True, kw_only=True):
     """Why an attempt was interrupted or failed for infrastructure reasons."""
     usage: Usage = Usage()
     """The summed ``usage`` of every ``model.response`` on the attempt's trace (the agent's calls and a judge's)."""
+
+
+later_fields(AttemptFinished, {"usage": Usage()})
+later_fields(RoundFinished, {"usage": Usage(), "outcomes": [{"usage": Usage()}]})

@@ -30,7 +30,7 @@ from hx.report.export_fold import RunFold
 from hx.report.figures import BUCKET_COLOURS, figures, hit_cell, ship_cell
 from hx.report.html import page
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
-from schemas.ledger import HarnessShipped, HeldoutScored, LedgerOpened, RoundDecided, VariantForked
+from schemas.ledger import HarnessShipped, HeldoutScored, LedgerOpened, RoundDecided, RoundTokens, VariantForked
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.server import NatsProcess
@@ -298,7 +298,7 @@ def test_hit_rate_is_realised_over_predicted_flips_everywhere_and_ship_rate_is_i
     assert levers.hit_rates(state, "undo_guard") == {0: 2 / 3}
     (lever,) = levers.records(state, ["undo_guard"])
     assert lever.hit_rate == 2 / 3
-    assert metrics(state, 1, 0).hit_rate == 2 / 3
+    assert metrics(state, 1, 0, RoundTokens()).hit_rate == 2 / 3
     fold = RunFold.of(run.records)
     board = scoreboard(fold)
     assert board["buckets"][bucket]["hit_rate"] == board["levers"]["undo_guard"]["hit_rate"] == 0.6667
