@@ -47,7 +47,13 @@ def test_a_round_that_neither_addresses_nor_accepts_a_regression_is_a_no_op() ->
     cand = proposal("C1", (attach("visited_states"),), ["b:g:dev:1"], ["loop"])
     turned = review(state(), 1, [cand], NOW, revised=True)
     assert turned.no_op and turned.unaddressed == ("b:g:dev:6", "b:g:dev:7")
-    assert "regression(s) b:g:dev:6, b:g:dev:7 neither addressed" in turned.strategy_concern
+    assert "b:g:dev:6" not in turned.strategy_concern  # not relayed to the next planner as a strategy concern
+    broken = msgspec.structs.replace(accepting(proposal("C3", (attach("undo_guard"),), ["b:g:dev:6"], ["loop"]),
+                                               "b:g:dev:7"), build_error="does not build")
+    elsewhere = msgspec.structs.replace(accepting(proposal("C4", (attach("undo_guard"),), ["b:g:dev:6"], ["loop"]),
+                                                  "b:g:dev:7"), variant="v1")
+    assert review(state(), 1, [cand, broken, elsewhere], NOW, revised=True).unaddressed == ("b:g:dev:6",
+                                                                                            "b:g:dev:7")
     back = proposal("C2", (attach("undo_guard"),), ["b:g:dev:1", "b:g:dev:6"], ["loop"])
     kept = review(state(), 1, [cand, accepting(back, "b:g:dev:7")], NOW, revised=True)
     assert not kept.no_op and kept.unaddressed == () and kept.ranking

@@ -105,21 +105,23 @@ def review(state: RunState, round: int, candidates: Sequence[CandidateProposed],
     out.strategy_concern, out.banned = audit(state, round)
     out.overlaps = {c.candidate: overlap(state, c) for c in candidates}
     out.unaddressed = unaddressed(state, round, candidates, digests)
-    if out.unaddressed and out.ranking:
-        shown = ", ".join(out.unaddressed[:5]) + (f" and {len(out.unaddressed) - 5} more"
-                                                   if len(out.unaddressed) > 5 else "")
+    if out.unaddressed:  # the reason is CriticJudged.unaddressed (not a strategy concern the next planner relays)
         out.ranking = ()
-        why = (f"no-op: regression(s) {shown} neither addressed by a candidate nor accepted with a reason")
-        out.strategy_concern = f"{why}. {out.strategy_concern}".strip()
     return out
 
 
 def unaddressed(state: RunState, round: int, candidates: Sequence[CandidateProposed],
                 digests: Sequence[TaskDigest]) -> tuple[str, ...]:
-    """The round's regressions that no candidate predicts to flip back nor accepts with a stated reason."""
-    covered = {t for c in candidates for t in c.manifest.predicted_flips}
-    covered |= {a.task for c in candidates for a in c.manifest.accepted_regressions if a.why.strip()}
-    return tuple(sorted(r.task for r in state.regressions(round, digests) if r.task not in covered))
+    """The round's regressions that no candidate answers: one that builds, on the task's variant, predicting the
+    task flips back or accepting its loss with a stated reason."""
+    out = []
+    for r in state.regressions(round, digests):
+        mine = [c for c in candidates if c.variant == r.variant and not c.build_error]
+        if not any(r.task in c.manifest.predicted_flips or any(a.task == r.task and a.why.strip()
+                                                                for a in c.manifest.accepted_regressions)
+                   for c in mine):
+            out.append(r.task)
+    return tuple(sorted(out))
 
 
 def overlap(state: RunState, candidate: CandidateProposed) -> list[str]:

@@ -148,6 +148,8 @@ def headline(event: LedgerEvent) -> str:
         return f"candidate {event.candidate} revised ({event.reason}): {ops}"
     if isinstance(event, CriticJudged):
         said = "no-op" if event.no_op else f"ranking {', '.join(event.ranking) or '(empty)'}"
+        if event.unaddressed:
+            said += f" (regression(s) {', '.join(event.unaddressed)} neither addressed nor accepted with a reason)"
         extra = f"; revise {', '.join(event.revisions)}" if event.revisions else ""
         concern = f"; concern: {event.strategy_concern}" if event.strategy_concern else ""
         overlap = "".join(f"; {o.candidate} {o.concerns[0]}" for o in event.overlaps[:3] if o.concerns)
