@@ -264,6 +264,16 @@ def test_a_noisy_effect_revises_with_replications_sized_from_the_spread() -> Non
     assert offline_review(r).decision == "REVISE"
 
 
+def test_a_proposal_keeps_replications_a_multiple_of_the_procedure_seeds() -> None:
+    evolve = [{"name": "notes", "levels": ["off", "on"],
+               "scope": {"kind": "procedure", "target": "evolve", "levels": {"off": None, "on": {"rounds": 1}}}}]
+    s = spec(replications=4, procedure_seeds=[1, 2], factors=evolve)
+    r = record(s, bounds(0.2, -0.05, 0.45), "falsified")
+    o, proposal = optimizer(r, methodologist(r), auditor(r))
+    # 4 * (1.2 * 0.25 / 0.2) ** 2 = 9, up to the next multiple of the 2 seeds
+    assert (o.verdict, proposal.replications, proposal.procedure_seeds) == ("REVISE", 10, (1, 2))
+
+
 def test_an_effect_lost_in_noise_redesigns() -> None:
     r = record(spec(), NULL, "falsified")
     o, proposal = optimizer(r, methodologist(r), auditor(r))

@@ -259,6 +259,8 @@ def _verdict(verdict: str, reason: str) -> PersonaVerdict:
 
 
 def _checked(spec: ExperimentSpec) -> ExperimentSpec:
+    seeds = max(1, len(spec.procedure_seeds))  # each procedure seed's product plays every task equally often
+    spec = msgspec.structs.replace(spec, replications=-(-spec.replications // seeds) * seeds)
     return check_spec(spec, where="proposal")
 
 
