@@ -23,15 +23,10 @@ def nested_job(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A recorded job (``LedgerOpened.settings``) in the nested shape: a flat (older) one upgraded, a nested
     one as it is."""
     if "rollout" in settings or "loop" in settings:
-        job = dict(settings)
-        job["loop"] = dict(job.get("loop") or {})
-    else:
-        job = {k: v for k, v in settings.items() if k not in (*ROLLOUT_FIELDS, "settings", "coevolve")}
-        job["rollout"] = {k: settings[k] for k in ROLLOUT_FIELDS if k in settings}
-        job["loop"] = dict(settings.get("settings") or {})
-        if settings.get("coevolve"):  # {}: a plain evolution
-            job["coevolve"] = settings["coevolve"]
-    # A job recorded before the gate's settings ran the seven checks with the retry rule: ``gate: {}`` says so
-    # (a new job's default gate is the sequential rule, recorded as such).
-    job["loop"].setdefault("gate", {})
+        return dict(settings)
+    job = {k: v for k, v in settings.items() if k not in (*ROLLOUT_FIELDS, "settings", "coevolve")}
+    job["rollout"] = {k: settings[k] for k in ROLLOUT_FIELDS if k in settings}
+    job["loop"] = dict(settings.get("settings") or {})
+    if settings.get("coevolve"):  # {}: a plain evolution
+        job["coevolve"] = settings["coevolve"]
     return job

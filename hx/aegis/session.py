@@ -210,6 +210,9 @@ def recorded_job(settings: Mapping[str, Any]) -> EvolveJob:
     """The job a ledger recorded (``LedgerOpened.settings``), nested or flat (as older runs recorded it); an
     ``hx coevolve`` job as a ``CoevolveJob``."""
     job = nested_job(settings)
+    # A job recorded before the gate's settings ran the seven checks with the retry rule: ``gate: {}`` says so (a
+    # new job's default gate is the sequential rule, and it is recorded as such).
+    job["loop"] = {"gate": {}, **(job.get("loop") or {})}
     if not job.get("coevolve"):
         return msgspec.convert(job, EvolveJob)
     from hx.aegis.coevolution import CoevolveJob  # the learner brings JAX: only co-evolution loads it
