@@ -6,7 +6,7 @@ registry directory (the committed specs, ``hx experiment run --registry DIR``, b
 spec's own directory), nor a range the registry declares spent in ``spent-test-ranges.yaml``
 (figures made before claims were pre-registered)::
 
-    - {tasks: "twx:coin:test:0-199", by: "figures before pre-registration"}
+    - {tasks: "<bench>:<game>:test:0-199", by: "figures before pre-registration"}
 
 A spec is not in conflict with itself: the same file, or a copy of it under the same claim
 name (a bench runs a copy in its data directory). Anything else is one line naming the task
