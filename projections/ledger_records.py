@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from schemas.edits import AnyEditOp, Attach, Bucket, Manifest, Remove, Replace
+from schemas.edits import AddRule, AnyEditOp, Attach, Bucket, DropRule, Manifest, Remove, Replace
 from schemas.harness import HarnessSpec
 from schemas.ledger import (
     ApprovalGiven,
@@ -30,6 +30,7 @@ from schemas.ledger import (
     VariantForked,
     VariantRetired,
 )
+from schemas.rules import rule_lever
 
 ShipEvent = HarnessShipped | VariantForked
 
@@ -40,6 +41,10 @@ def lever_of(op: AnyEditOp) -> str:
         return op.processor
     if isinstance(op, Remove):
         return f"remove:{op.group}"
+    if isinstance(op, AddRule):
+        return rule_lever(op.rule)
+    if isinstance(op, DropRule):
+        return "drop-" + rule_lever(op.rule)
     return f"reparam:{op.group}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from schemas.event import JsonObject, Payload
+from schemas.rules import Rule, RuleSupport
 
 Bucket = Literal["prompt", "tools", "config", "processor"]
 BUCKETS: tuple[Bucket, ...] = ("prompt", "tools", "config", "processor")
@@ -55,7 +56,27 @@ class Reparam(EditOp, frozen=True, kw_only=True, tag="reparam"):
     """The parameters that change; the processor's type checks the result when the edit is built."""
 
 
-AnyEditOp = Attach | Replace | Remove | Reparam
+RULE_GROUP = "rule_program"
+"""The singleton group of the rule interpreter (``hx.processors.rule_program``), which holds a harness's rules."""
+
+
+class AddRule(EditOp, frozen=True, kw_only=True, tag="add_rule"):
+    """Add one rule to the harness's rule program (attaching the interpreter when the harness has none)."""
+
+    rule: Rule
+    support: RuleSupport | None = None
+    """What the rule was learnt from (an induced rule); it does not change what the rule does."""
+    group: str = RULE_GROUP
+
+
+class DropRule(EditOp, frozen=True, kw_only=True, tag="drop_rule"):
+    """Take one rule out of the harness's rule program (the interpreter goes when no rule is left)."""
+
+    rule: Rule
+    group: str = RULE_GROUP
+
+
+AnyEditOp = Attach | Replace | Remove | Reparam | AddRule | DropRule
 
 
 class CodeAsset(Payload, frozen=True, kw_only=True):

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 from hx.aegis import levers
 from hx.aegis.state import RunState
+from hx.harness.edits import program_of
 from hx.harness.processor import registered
 from projections.ledger_records import levers_of
-from schemas.edits import Attach, Remove, Reparam, Replace
+from schemas.edits import AddRule, Attach, DropRule, Remove, Reparam, Replace
 from schemas.landscape import TaskDigest
 from schemas.ledger import CandidateConcern, CandidateProposed
 
@@ -149,6 +150,10 @@ def overlap(state: RunState, candidate: CandidateProposed) -> list[str]:
         elif isinstance(op, Remove | Reparam | Replace) and op.group in present:
             verb = {Remove: "removes", Reparam: "re-parameterises", Replace: "replaces"}[type(op)]
             out.append(f"{verb} {present[op.group].type} (group {op.group})")
+        elif isinstance(op, AddRule | DropRule) and op.group in present:
+            held = len(program_of(variant.harness, op.group))
+            verb = "adds a rule to" if isinstance(op, AddRule) else "drops a rule from"
+            out.append(f"{verb} the {held} rule(s) of {op.group}")
     return out
 
 

@@ -18,7 +18,7 @@ from hx.aegis.operations import bucket_of
 from hx.aegis.state import RunState
 from hx.harness.processor import Processor, registered
 from projections.ledger_records import Ship
-from schemas.edits import AnyEditOp, Attach, Remove, Reparam
+from schemas.edits import RULE_GROUP, AnyEditOp, Attach, Remove, Reparam
 from schemas.landscape import Lever
 
 
@@ -68,6 +68,8 @@ def records(state: RunState, names: Iterable[str], banned: Iterable[str] = ()) -
 def edit_of(lever: str) -> AnyEditOp:
     """An edit that pulls ``lever`` (what its bucket is read from): the inverse of ``lever_of``."""
     kind, _, group = lever.partition(":")
+    if kind in ("rule", "drop-rule"):
+        return Reparam(group=RULE_GROUP, params={})  # a rule edits the interpreter's program: its bucket
     if kind == "remove" and group:
         return Remove(group=group)
     if kind == "reparam" and group:

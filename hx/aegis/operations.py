@@ -13,11 +13,12 @@ from typing import Any
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import processor_type
-from schemas.edits import AnyEditOp, Attach, Bucket, Reparam, Replace
+from schemas.edits import AddRule, AnyEditOp, Attach, Bucket, DropRule, Reparam, Replace
 
 PROMPT_DIMENSION = "D2"
 TOOL_DIMENSION = "D4"
-RISK: dict[str, float] = {"attach": 0.1, "reparam": 0.2, "replace": 0.4, "remove": 0.5}
+RISK: dict[str, float] = {"attach": 0.1, "add_rule": 0.1, "reparam": 0.2, "drop_rule": 0.3, "replace": 0.4,
+                          "remove": 0.5}
 """Risk of an operation kind; new code adds ``CODE_RISK``. A candidate's risk is its largest."""
 CODE_RISK = 0.8
 PROMPT_GROUPS = frozenset({"system_prompt_template", "task_notes"})
@@ -40,8 +41,8 @@ def bucket_of(op: AnyEditOp) -> Bucket:
     group = _group_of(op)
     if group in PROMPT_GROUPS:
         return "prompt"
-    if isinstance(op, Reparam):
-        return "config"
+    if isinstance(op, Reparam | AddRule | DropRule):
+        return "config"  # a rule is data the interpreter reads: a change of its program, not new processor code
     kind = op.processor if isinstance(op, Attach | Replace) else None
     dimension = _dimension(kind) if kind else ""
     return "tools" if dimension == TOOL_DIMENSION and group.startswith("tool_") else "processor"

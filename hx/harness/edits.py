@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.harness.processor import build
-from schemas.edits import AnyEditOp, Attach, Remove, Replace
+from schemas.edits import AddRule, AnyEditOp, Attach, DropRule, Remove, Replace
 from schemas.event import JsonObject
+from schemas.rules import Rule, sentence
 
 
 def apply(base: HarnessConfig, operations: Sequence[AnyEditOp]) -> HarnessConfig:
@@ -41,11 +44,43 @@ def _apply_one(config: HarnessConfig, op: AnyEditOp) -> HarnessConfig:
         return config.replace(op.group, build(op.processor, dict(op.params)))
     if isinstance(op, Remove):
         return config.remove(op.group)
+    if isinstance(op, AddRule | DropRule):
+        return _edit_program(config, op)
     current = next((a for a in config.attachments if a.group() == op.group), None)
     if current is None:
         raise CompositionError(f"no processor in singleton group {op.group!r} to re-parameterise")
     params: JsonObject = {**current.params, **op.params}
     return config.replace(op.group, build(current.type, params))
+
+
+def program_of(config: HarnessConfig, group: str) -> tuple[Rule, ...]:
+    """The rules the harness's interpreter in ``group`` holds (empty when it has none)."""
+    current = next((a for a in config.attachments if a.group() == group), None)
+    if current is None:
+        return ()
+    rules = getattr(current.build(), "rules", ())
+    return tuple(rules)
+
+
+def _edit_program(config: HarnessConfig, op: AddRule | DropRule) -> HarnessConfig:
+    rules = program_of(config, op.group)
+    present = any(a.group() == op.group for a in config.attachments)
+    if isinstance(op, AddRule):
+        if op.rule in rules:
+            raise CompositionError(f"the rule program already holds this rule: {sentence(op.rule)}")
+        new = (*rules, op.rule)
+    else:
+        if op.rule not in rules:
+            raise CompositionError(f"the rule program holds no such rule: {sentence(op.rule)}")
+        new = tuple(r for r in rules if r != op.rule)
+    if not new:
+        return config.remove(op.group)
+    params: JsonObject = {"rules": msgspec.to_builtins(new)}
+    if present:
+        current = next(a for a in config.attachments if a.group() == op.group)
+        return config.replace(op.group, build(current.type, params))
+    processor = build(op.group, params)
+    return config.attach(type(processor).accepted_hooks(), processor)
 
 
 def describe(op: AnyEditOp) -> str:
@@ -56,4 +91,8 @@ def describe(op: AnyEditOp) -> str:
         return f"replace {op.group} with {op.processor}"
     if isinstance(op, Remove):
         return f"remove {op.group}"
+    if isinstance(op, AddRule):
+        return f"add rule: {sentence(op.rule, op.support)}"
+    if isinstance(op, DropRule):
+        return f"drop rule: {sentence(op.rule)}"
     return f"re-parameterise {op.group} ({', '.join(sorted(op.params))})"

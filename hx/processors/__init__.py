@@ -21,6 +21,7 @@ from hx.processors.observation_trim import ObservationTrim
 from hx.processors.otel_spans import OtelSpanEmitter
 from hx.processors.risky_tool_approval import RiskyToolApproval
 from hx.processors.rl_records import RlRecords
+from hx.processors.rule_program import RuleProgram
 from hx.processors.sandbox import PythonSandboxTool, SandboxLimits
 from hx.processors.self_check import SelfCheck
 from hx.processors.sft_trajectories import SftTrajectories
@@ -53,6 +54,7 @@ __all__ = [
     "RLRecord",
     "RiskyToolApproval",
     "RlRecords",
+    "RuleProgram",
     "SandboxLimits",
     "SelfCheck",
     "SftTrajectories",
