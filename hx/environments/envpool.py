@@ -304,6 +304,9 @@ class TextGameTask(Task, Generic[E]):
             raise BenchmarkError(f"{self.spec.id}: reset twice; make a new task for each attempt")
         self._env = await asyncio.to_thread(self._pool.acquire)
         message, state = await self._call(self._start, self._env)
+        # The opening observation carries the task's instruction, so that a reader of observations alone (the
+        # rule induction) knows the task text a rule's ``TaskText`` reads.
+        state["info"] = {**state.get("info", {}), "task": self.spec.instruction}
         self._observe(state, "")
         return message
 

@@ -12,6 +12,7 @@ after the pattern's leading words, without the function words in ``FUNCTION_WORD
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -39,9 +40,19 @@ FUNCTION_WORDS = frozenset(("a", "an", "the", "in", "on", "into", "onto", "to", 
 
 def words(text: str) -> tuple[str, ...]:
     """The lower-case words of ``text``, in order."""
+    return _words(text) if len(text) <= _CACHED_LENGTH else tuple(_WORD.findall(text.lower()))
+
+
+_CACHED_LENGTH = 200
+"""Actions and pattern words are short and recur at every step: their words are cached; observations are not."""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _words(text: str) -> tuple[str, ...]:
     return tuple(_WORD.findall(text.lower()))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def content(action: str, starts: str = "") -> frozenset[str]:
     """The words ``action`` names after its leading ``starts`` words, function words left out."""
     tokens = words(action)

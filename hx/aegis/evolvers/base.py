@@ -16,6 +16,7 @@ from typing import Literal
 
 import msgspec
 
+from hx.aegis.evidence import Evidence
 from hx.aegis.meta import MetaAgent
 from hx.aegis.state import RunState
 from hx.runtime.code import CodeStore
@@ -41,6 +42,10 @@ class Context:
     state: RunState
     landscape: Landscape
     digests: tuple[TaskDigest, ...]
+    evidence: Evidence | None = None
+    """Read access to the run's adaptation rounds (none where the caller has no log, as in unit tests)."""
+    trace_rounds: tuple[int, ...] = ()
+    """The trace rounds the round's digests were made from (what ``evidence`` may read)."""
 
 
 MAX_EVIDENCE = 8

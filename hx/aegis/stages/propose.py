@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from hx.aegis.candidates import candidate_of
 from hx.aegis.errors import EvolverError, PipelineError
+from hx.aegis.evidence import Evidence
 from hx.aegis.evolvers.base import Context, Proposal
 from hx.aegis.gate import CodeCheck
 from hx.aegis.stage import RoundContext
@@ -28,7 +29,9 @@ def context(ctx: RoundContext) -> Context:
     """What the evolver sees of the round: the run's state, the landscape and the digests."""
     if ctx.landscape is None or ctx.digested is None:
         raise PipelineError("the evolver needs the round's digests and landscape: put Digest and Plan before it")
-    return Context(ctx.round, ctx.run.state(), ctx.landscape.landscape, tuple(ctx.digested.digests))
+    evidence = Evidence(ctx.run.trials.log, ctx.run.run_id)
+    return Context(ctx.round, ctx.run.state(), ctx.landscape.landscape, tuple(ctx.digested.digests),
+                   evidence=evidence, trace_rounds=tuple(ctx.digested.trace_rounds))
 
 
 async def candidate(ctx: RoundContext, cid: str, proposal: Proposal, state: RunState,

@@ -1,0 +1,155 @@
+"""The induced evolver: rules learnt from the round's adaptation traces, no model, no hand-made list.
+
+Each round it reads the steps of the round's adaptation attempts (``hx.aegis.induction``),
+induces the rules their evidence supports, and proposes each rule a live variant does not
+hold yet as one candidate (an ``AddRule`` edit, its support on the op and in the manifest).
+It also proposes dropping a rule whose ship is suspected of a regression, and, when no rule
+is left to try, moves numeric parameters of the variant's processors (halved, doubled) where
+the processor acted on failing tasks: the levers' defaults become a search space.
+
+Rules already judged on the variant's current harness under the model in force are not
+proposed again; those judged under an earlier model come after every new one. The notes say
+how many rules were induced and how many stay untried, so a round without a candidate says
+why. It needs the round's trace (``Context.evidence``); without one it proposes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from hx.aegis.evolvers.base import Context, Evolver, Proposal, standing
+from hx.aegis.evolvers.offline import MAX_PREDICTED, completed
+from hx.aegis.induction import Induced, InductionSettings, induce, read_traces
+from hx.harness.config import HarnessConfig
+from hx.harness.edits import apply, program_of
+from hx.harness.errors import CompositionError
+from schemas.edits import RULE_GROUP, AddRule, AnyEditOp, CapabilityEvidence, DropRule, Manifest, Reparam
+from schemas.landscape import TaskDigest
+from schemas.rules import sentence, support_phrase
+
+
+def _manifest(item: Induced, tasks: Sequence[str], digests: Sequence[TaskDigest]) -> Manifest:
+    said = sentence(item.rule, item.support)
+    categories = tuple(dict.fromkeys(d.category for d in digests if d.task in set(tasks) and d.category))
+    return Manifest(intended_effect=said, categories=categories, predicted_flips=tuple(tasks)[:MAX_PREDICTED],
+                    evidence=item.anchors, attribution=RULE_GROUP,
+                    capability_evidence=(CapabilityEvidence(
+                        kind="induced_rule", claim=sentence(item.rule),
+                        evidence=f"{support_phrase(item.support)}, in this round's adaptation attempts"),))
+
+
+def scaled(value: Any) -> list[Any]:
+    """The neighbours of a numeric parameter: halved and doubled (integers stay integers, at least 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return []
+    if isinstance(value, int):
+        return sorted({max(1, value // 2), value * 2} - {value})
+    return [value / 2, value * 2]
+
+
+class InducedEvolver(Evolver):
+    """Propose rules induced from the round's traces, their reverts, then parameter moves."""
+
+    name = "induced"
+
+    def __init__(self, settings: InductionSettings | None = None) -> None:
+        self.settings = settings or InductionSettings()
+        self.notes: list[str] = []
+
+    async def propose(self, context: Context, k: int) -> list[Proposal]:
+        """Up to ``k`` candidates: reverts of suspected rules, the heaviest untried rules, then parameter moves."""
+        self.notes = []
+        if context.evidence is None:
+            self.notes.append("induced: no trace to read")
+            return []
+        traces = await read_traces(context.evidence, list(context.trace_rounds))
+        found = induce(traces, self.settings)
+        new: list[Proposal] = []
+        stale: list[Proposal] = []
+        untried = 0
+        for variant, vstate in sorted(context.state.live().items()):
+            mine = [d for d in context.digests if d.variant == variant]
+            candidates = [*self._drops(context, variant, vstate.harness), *self._rules(found, variant,
+                                                                                        vstate.harness, mine),
+                          *self._moves(variant, vstate.harness, mine)]
+            for proposal in candidates:
+                status = standing(context, variant, proposal.operations)
+                if status == "new":
+                    new.append(proposal)
+                    untried += any(isinstance(op, AddRule) for op in proposal.operations)
+                elif status == "stale":
+                    stale.append(proposal)
+        chosen = (new + stale)[:k]
+        left = untried - sum(any(isinstance(op, AddRule) for op in p.operations) for p in chosen)
+        self.notes.append(f"induced: {len(found)} rule(s) from {len(traces)} attempt(s); {left} untried rule "
+                          "candidate(s) left after this round's")
+        return [completed(context, p) for p in chosen]
+
+    def _rules(self, found: Sequence[Induced], variant: str, harness: HarnessConfig,
+               digests: Sequence[TaskDigest]) -> list[Proposal]:
+        held = set(program_of(harness, RULE_GROUP))
+        failing = {d.task for d in digests if not d.solved}
+        out = []
+        for item in found:
+            tasks = [t for t in item.tasks if t in failing]
+            if item.rule in held or not tasks:
+                continue
+            op = AddRule(rule=item.rule, support=item.support)
+            if _builds(harness, (op,)):
+                out.append(Proposal(variant, (op,), _manifest(item, tasks, digests)))
+        return out
+
+    def _drops(self, context: Context, variant: str, harness: HarnessConfig) -> list[Proposal]:
+        held = set(program_of(harness, RULE_GROUP))
+        out = []
+        for reg in context.landscape.regressions:
+            if reg.variant != variant:
+                continue
+            for cid in reg.suspects:
+                for op in context.state.candidates[cid].proposal.operations:
+                    if not isinstance(op, AddRule) or op.rule not in held:
+                        continue
+                    drop = DropRule(rule=op.rule)
+                    flips = tuple(r.task for r in context.landscape.regressions if cid in r.suspects)
+                    manifest = Manifest(intended_effect=f"undo {cid}: drop the rule `{sentence(op.rule)}`, "
+                                        "suspected of breaking tasks it solved before", predicted_flips=flips,
+                                        evidence=next((d.evidence for d in context.digests if d.task == reg.task),
+                                                      ())[:8], attribution=RULE_GROUP)
+                    out.append(Proposal(variant, (drop,), manifest))
+        return out
+
+    def _moves(self, variant: str, harness: HarnessConfig, digests: Sequence[TaskDigest]) -> list[Proposal]:
+        out = []
+        for att in harness.attachments:
+            group = att.group()
+            hit = [d for d in digests if not d.solved and group in d.implicated]
+            if group == RULE_GROUP or not hit:
+                continue
+            try:
+                current = msgspec.structs.asdict(att.build())
+            except CompositionError:
+                continue
+            for key, value in sorted(current.items()):
+                for moved in scaled(value):
+                    op = Reparam(group=group, params={key: moved})
+                    if not _builds(harness, (op,)):
+                        continue
+                    manifest = Manifest(
+                        intended_effect=f"move {group}.{key} from {value} to {moved}: it acted on "
+                                        f"{len(hit)} failing task(s), its default is one point of a search space",
+                        categories=tuple(dict.fromkeys(d.category for d in hit if d.category)),
+                        predicted_flips=tuple(d.task for d in hit)[:MAX_PREDICTED],
+                        evidence=tuple(a for d in hit for a in d.evidence)[:8], attribution=group)
+                    out.append(Proposal(variant, (op,), manifest))
+        return out
+
+
+def _builds(harness: HarnessConfig, ops: tuple[AnyEditOp, ...]) -> bool:
+    try:
+        apply(harness, ops)
+    except CompositionError:
+        return False
+    return True

@@ -1,0 +1,161 @@
+"""Recorded attempts indexed so that a candidate rule is judged in time linear in the steps it concerns.
+
+The interpreter (``hx.processors.rule_program``) walks one attempt forward with an
+``AttemptView``; the induction must judge hundreds of candidate patterns over thousands of
+recorded steps, so it precomputes, per attempt, when each word was first read, first shown
+after each kind of action, and which actions were offered by leading word. ``Indexed.holds``
+answers "does this pattern match this action at step t" with the interpreter's semantics
+(``tests/test_induction.py`` checks the two agree on recorded attempts).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hx.aegis.induction.traces import AttemptTrace
+from hx.processors._rule_view import content, words
+from schemas.rules import AnyText, LastObservation, Pattern, ReadText, ShownAfter, TaskText
+
+NEVER = 1 << 30
+"""A step index later than any: a word never seen."""
+
+
+def head(action: str) -> str:
+    """An action's leading word (its verb in an English command)."""
+    tokens = words(action)
+    return tokens[0] if tokens else ""
+
+
+@dataclass
+class Indexed:
+    """One recorded attempt, indexed by word and by leading word."""
+
+    trace: AttemptTrace
+    task_words: frozenset[str] = frozenset()
+    tokens: list[tuple[str, ...]] = field(default_factory=list)
+    """The words of each step's action."""
+    last: list[frozenset[str]] = field(default_factory=list)
+    """The words of the last observation before each step (the opening before the first)."""
+    read_first: dict[str, int] = field(default_factory=dict)
+    """Word -> the first step whose observation showed it (-1: the task or the opening)."""
+    shown_first: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Leading words of an action -> word -> the first step where such an action showed it."""
+    offered_by_head: list[dict[str, list[str]]] = field(default_factory=list)
+    """Per step, the offered actions by leading word."""
+    first_taken: dict[str, int] = field(default_factory=dict)
+    """Action -> the first step it was taken."""
+    first_kind: dict[str, int] = field(default_factory=dict)
+    """Leading word -> the first step an action with it was taken."""
+
+    @classmethod
+    def of(cls, trace: AttemptTrace) -> Indexed:
+        """Index one attempt."""
+        out = cls(trace, task_words=frozenset(words(trace.instruction)))
+        for w in out.task_words | frozenset(words(trace.opening)):
+            out.read_first[w] = -1
+        last = frozenset(words(trace.opening))
+        for t, step in enumerate(trace.steps):
+            toks = words(step.action)
+            out.tokens.append(toks)
+            out.last.append(last)
+            by_head: dict[str, list[str]] = defaultdict(list)
+            for a in step.offered:
+                by_head[head(a)].append(a)
+            out.offered_by_head.append(by_head)
+            out.first_taken.setdefault(step.action, t)
+            seen = frozenset(words(step.observation))
+            for w in seen:
+                out.read_first.setdefault(w, t)
+            lead = toks[0] if toks else ""
+            out.first_kind.setdefault(lead, t)
+            shown = out.shown_first.setdefault(lead, {})
+            for w in seen:
+                shown.setdefault(w, t)
+            last = seen
+        return out
+
+    def _shown(self, pattern: Pattern, w: str, t: int) -> bool:
+        # The induction only writes ShownAfter patterns with a one-word ``starts``; longer ones are read exactly.
+        lead = words(pattern.starts)
+        if len(lead) == 1 and not pattern.mentions and pattern.named_in is None and pattern.not_named_in is None:
+            return self.shown_first.get(lead[0], {}).get(w, NEVER) < t
+        return any(w in words(s.observation) and self.matches(pattern, s.action, i)
+                   for i, s in enumerate(self.trace.steps[:t]))
+
+    def knows(self, text: AnyText, w: str, t: int) -> bool:
+        """True when word ``w`` is in ``text`` as the attempt had seen it just before step ``t``."""
+        if isinstance(text, TaskText):
+            return w in self.task_words
+        if isinstance(text, LastObservation):
+            return w in self.last[t] if t < len(self.last) else False
+        if isinstance(text, ReadText):
+            return self.read_first.get(w, NEVER) < t
+        assert isinstance(text, ShownAfter)
+        return self._shown(text.action, w, t)
+
+    def matches(self, pattern: Pattern, action: str, t: int) -> bool:
+        """True when ``action`` is one of the pattern's actions at step ``t`` (the interpreter's ``matches``)."""
+        toks = words(action)
+        lead = words(pattern.starts)
+        if toks[:len(lead)] != lead or any(w not in toks for w in pattern.mentions):
+            return False
+        return self.qualifies(pattern, action, t)
+
+    def qualifies(self, pattern: Pattern, action: str, t: int) -> bool:
+        """The pattern's text conditions hold for ``action`` at step ``t`` (its words matched already)."""
+        if pattern.named_in is None and pattern.not_named_in is None:
+            return True
+        named = content(action, pattern.starts)
+        if pattern.named_in is not None and not all(self.knows(pattern.named_in, w, t) for w in named):
+            return False
+        return pattern.not_named_in is None or any(not self.knows(pattern.not_named_in, w, t) for w in named)
+
+    def offered(self, pattern: Pattern, t: int) -> list[str]:
+        """The actions offered before step ``t`` that the pattern could match (by leading word)."""
+        lead = words(pattern.starts)
+        by_head = self.offered_by_head[t]
+        if not lead:
+            return [a for group in by_head.values() for a in group]
+        return by_head.get(lead[0], [])
+
+    def first_taken_kind(self, kind: str) -> int:
+        """The first step an action with leading word ``kind`` was taken (``NEVER``: none was)."""
+        return self.first_kind.get(kind, NEVER)
+
+    def offer_size(self, t: int) -> int:
+        """How many actions were offered before step ``t``."""
+        return len(self.trace.steps[t].offered)
+
+
+StepRef = tuple[Indexed, int]
+"""One recorded step: its attempt and its index there."""
+
+
+class Corpus:
+    """A round's indexed attempts, with the steps that took, and that offered, each kind of action."""
+
+    def __init__(self, traces: Iterable[AttemptTrace]) -> None:
+        self.attempts = [Indexed.of(t) for t in traces]
+        self.taken: dict[str, list[StepRef]] = defaultdict(list)
+        self.offering: dict[str, list[StepRef]] = defaultdict(list)
+        for a in self.attempts:
+            for t, toks in enumerate(a.tokens):
+                self.taken[toks[0] if toks else ""].append((a, t))
+                for kind in a.offered_by_head[t]:
+                    self.offering[kind].append((a, t))
+
+    def taking(self, pattern: Pattern) -> list[StepRef]:
+        """The steps whose action has the pattern's leading word (every step for a pattern without one)."""
+        lead = words(pattern.starts)[:1]
+        if not lead:
+            return [(a, t) for a in self.attempts for t in range(len(a.tokens))]
+        return self.taken.get(lead[0], [])
+
+    def offering_kind(self, pattern: Pattern) -> list[StepRef]:
+        """The steps that offered an action with the pattern's leading word."""
+        lead = words(pattern.starts)[:1]
+        if not lead:
+            return [(a, t) for a in self.attempts for t in range(len(a.tokens))]
+        return self.offering.get(lead[0], [])
