@@ -178,6 +178,9 @@ def fatal(corpus: Corpus, s: InductionSettings) -> list[Induced]:
     return out
 
 
+QUALIFIER_GAIN = 1.25
+"""How much more a qualified preference must lift than the best simpler one to be preferred to it."""
+
 Row = tuple[Indexed, int, list[str]]
 """A step that offered actions of a base pattern: its attempt, its index, the offered actions the base matches."""
 
@@ -234,7 +237,7 @@ def _lift(rows: list[Row], pattern: Pattern, order: Order,
     if len(_tasks(followed_useful)) < s.min_support or not f_n:
         return None
     lift = ((len(followed_useful) + 1) / (f_n + 2)) / ((d_useful + 1) / (d_n + 2))
-    if lift < s.min_lift or (f_fatal + 1) / (f_n + 2) > (f_fatal + d_fatal + 1) / (f_n + d_n + 2):
+    if lift < s.min_lift or (f_fatal and f_fatal / f_n > (f_fatal + d_fatal) / (f_n + d_n)):
         return None
     return lift, followed_useful, diverged
 
@@ -250,6 +253,7 @@ def rising(corpus: Corpus, s: InductionSettings) -> list[Induced]:
             continue
         numbered = any(number_in(a.trace.steps[t].action) is not None for a, t in refs)
         found: dict[Order, tuple[float, Induced]] = {}
+        plain: dict[Order, float] = {}
         rows = _rows(corpus, base)
         for pattern in qualified(base, options):
             if not _evidenced(pattern, refs, s):
@@ -264,6 +268,11 @@ def rising(corpus: Corpus, s: InductionSettings) -> list[Induced]:
                 induced = Induced(Rule(do=Prefer(what=pattern, order=order)),
                                   _support("order" if order else "rising", followed, 0), tasks, _anchors(followed),
                                   len(tasks) * min(lift, 10.0) / 10.0)
+                if pattern == base:
+                    plain[order] = lift
+                # Occam: a qualifier must earn its place, lifting clearly more than the plain pattern does.
+                elif lift <= plain.get(order, 0.0) * QUALIFIER_GAIN:
+                    continue
                 if order not in found or lift > found[order][0]:
                     found[order] = lift, induced
         out += [induced for _, induced in found.values()]
