@@ -34,5 +34,9 @@ class HeldoutAccess(SplitViolation):
     """A stage asked for a trace round that is not an adaptation round of the run."""
 
 
+class InductionSettingsInvalid(HxError):
+    """The induced evolver's thresholds are out of range."""
+
+
 class GateSettingsInvalid(HxError):
     """The gate's settings name a check mode the gate does not have."""

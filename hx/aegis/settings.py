@@ -9,7 +9,7 @@ from typing import Literal
 
 import msgspec
 
-from hx.aegis.errors import GateSettingsInvalid
+from hx.aegis.errors import GateSettingsInvalid, InductionSettingsInvalid
 from hx.aegis.variants import Strategy
 from hx.eval.suite import default_suite, load_suite, suite_digest
 from hx.gate.interval import INTERVAL_MODES, IntervalMode
@@ -90,6 +90,33 @@ def gate_suite(name: str) -> Suite:
     return default_suite() if name == "default" else load_suite(name)
 
 
+class InductionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The rule induction's thresholds (the ``induced`` evolver's; chosen on the validation split)."""
+
+    min_support: int = 3
+    """Fewest tasks a rule must rest on (attempts of one task are not independent evidence of a rule)."""
+    max_against: float = 0.1
+    """Most steps speaking against a rule, as a fraction of the tasks it rests on."""
+    min_lift: float = 2.0
+    """How many times more often a preferred action must be useful than the others."""
+
+    def __post_init__(self) -> None:
+        if self.min_support < 1:
+            raise ValueError(f"--induce-support: {self.min_support} is not a number of tasks (1 or more)")
+        if not 0 <= self.max_against <= 1:
+            raise ValueError(f"--induce-against: {self.max_against:g} is not a fraction in [0, 1]")
+        if self.min_lift < 1:
+            raise ValueError(f"--induce-lift: {self.min_lift:g} is not a ratio of 1 or more")
+
+    @classmethod
+    def of(cls, support: int, lift: float, against: float) -> InductionSettings:
+        """The thresholds the options name; ``InductionSettingsInvalid`` naming the option out of range."""
+        try:
+            return cls(min_support=support, min_lift=lift, max_against=against)
+        except ValueError as exc:
+            raise InductionSettingsInvalid(str(exc)) from None
+
+
 class EvolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Algorithm 1's knobs and the strategy (a job's ``loop``)."""
 
@@ -109,6 +136,8 @@ class EvolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Candidates riskier than this wait for a human."""
     gate: GateSettings = GateSettings(seesaw="sequential")
     """The gate's seesaw rule and optional checks (a new job's: the sequential rule)."""
+    induction: InductionSettings = InductionSettings()
+    """The ``induced`` evolver's thresholds (a job recorded before it had them: these defaults)."""
 
 
 @dataclass

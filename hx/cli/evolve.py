@@ -20,7 +20,7 @@ import hx.environments  # noqa: F401 - registers the benchmark adapters
 from hx.aegis.evolvers import EVOLVERS, make_evolver
 from hx.aegis.job import EvolveJob, EvolveRequest, TaskChoice
 from hx.aegis.session import HELDOUT_SPLITS, Parts, new_job, run_evolution
-from hx.aegis.settings import EvolveSettings, GateSettings
+from hx.aegis.settings import EvolveSettings, GateSettings, InductionSettings
 from hx.aegis.variants import STRATEGIES
 from hx.cli._app import App, Terminated, pass_app, run, run_id_option, stderr_console, stdout_console
 from hx.cli._evolve_parts import EvolveProgress, llm_parts, load_job
@@ -95,6 +95,12 @@ DEFAULT_MODEL = "random:"
               help="sequential: the exact test's one-sided level.")
 @click.option("--gate-waves", type=int, default=3, show_default=True, metavar="N",
               help="sequential: the most waves of k paired seeds a task the candidate trails plays.")
+@click.option("--induce-support", type=int, default=3, show_default=True, metavar="N",
+              help="induced evolver: the fewest tasks a learnt rule must rest on.")
+@click.option("--induce-lift", type=float, default=2.0, show_default=True, metavar="X",
+              help="induced evolver: how many times more often a preferred action must be useful than the others.")
+@click.option("--induce-against", type=float, default=0.1, show_default=True, metavar="F",
+              help="induced evolver: the most steps against a rule, as a fraction of the tasks it rests on.")
 @click.option("--approve", is_flag=True, help="Ask for approvals at the terminal instead of waiting for hx approve.")
 @click.option("--run-id", callback=run_id_option, help="Run id  [default: evolve-<UTC time>-<random>]")
 @click.option("--resume", "resume_id", callback=run_id_option, metavar="RUN",
@@ -126,7 +132,9 @@ def evolve_request(options: dict[str, Any], *, coevolve: CoevolveSettings | None
                             heldout_every=pop("heldout_every"), risk_threshold=pop("risk_threshold"),
                             gate=GateSettings.of(pop("gate_interval"), pop("gate_suite"), seesaw=pop("gate_seesaw"),
                                                  drop=pop("gate_drop"), alpha=pop("gate_alpha"),
-                                                 waves=pop("gate_waves"))),
+                                                 waves=pop("gate_waves")),
+                            induction=InductionSettings.of(pop("induce_support"), pop("induce_lift"),
+                                                         pop("induce_against"))),
         rollout=RolloutSettings(attempts=pop("attempts"), concurrency=pop("concurrency"), max_steps=pop("max_steps"),
                                 seed=pop("seed")),
         model=pop("model"), meta_model=pop("meta_model"), evolver=pop("evolver"), coevolve=coevolve)

@@ -21,10 +21,11 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from hx.aegis.errors import InductionSettingsInvalid
 from hx.aegis.evolvers import make_evolver
 from hx.aegis.job import EvolveRequest, TaskChoice
 from hx.aegis.session import Parts, new_job, recorded_job, run_evolution
-from hx.aegis.settings import EvolveSettings
+from hx.aegis.settings import EvolveSettings, InductionSettings
 from hx.environments.registry import Benchmark
 from hx.environments.rollout import RolloutSettings
 from hx.experiment.errors import ExperimentError
@@ -46,6 +47,7 @@ from streams.topology import LEARN, subject_token
 EVOLVE_OPTIONS: dict[str, Any] = {
     "rounds": 2, "patience": 2, "candidates": 2, "tasks": 3, "heldout_tasks": 3, "heldout_split": "train",
     "attempts": 1, "evolver": "offline", "strategy": "ensemble",
+    "induce_support": 3, "induce_lift": 2.0, "induce_against": 0.1,
 }
 
 
@@ -110,11 +112,13 @@ def _request(options: Mapping[str, Any], benches: Sequence[str], model: str, max
             tasks=TaskChoice(benches=tuple(o.get("benches") or benches), adaptation=int(o["tasks"]),
                              heldout=int(o["heldout_tasks"]), heldout_split=str(o["heldout_split"])),
             loop=EvolveSettings(rounds=int(o["rounds"]), patience=int(o["patience"]),
-                                candidates=int(o["candidates"]), strategy=o["strategy"]),
+                                candidates=int(o["candidates"]), strategy=o["strategy"],
+                                induction=InductionSettings.of(int(o["induce_support"]), float(o["induce_lift"]),
+                                                               float(o["induce_against"]))),
             rollout=RolloutSettings(attempts=int(o["attempts"]), concurrency=concurrency, max_steps=max_steps,
                                     seed=seed),
             model=model, evolver=str(o["evolver"]), coevolve=coevolve)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, InductionSettingsInvalid) as exc:
         raise ExperimentError(f"{where}: {exc}") from exc
 
 

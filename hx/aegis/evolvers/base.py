@@ -18,6 +18,7 @@ import msgspec
 
 from hx.aegis.evidence import Evidence
 from hx.aegis.meta import MetaAgent
+from hx.aegis.settings import EvolveSettings
 from hx.aegis.state import RunState
 from hx.runtime.code import CodeStore
 from schemas.edits import Anchor, AnyEditOp, CodeAsset, Manifest
@@ -46,6 +47,8 @@ class Context:
     """Read access to the run's adaptation rounds (none where the caller has no log, as in unit tests)."""
     trace_rounds: tuple[int, ...] = ()
     """The trace rounds the round's digests were made from (what ``evidence`` may read)."""
+    settings: EvolveSettings | None = None
+    """The run's loop settings (None: the defaults)."""
 
 
 MAX_EVIDENCE = 8

@@ -57,6 +57,7 @@ class InducedEvolver(Evolver):
 
     def __init__(self, settings: InductionSettings | None = None) -> None:
         self.settings = settings or InductionSettings()
+        """Thresholds for a context without the run's settings (the run's ``loop.induction`` wins)."""
         self.notes: list[str] = []
 
     async def propose(self, context: Context, k: int) -> list[Proposal]:
@@ -66,7 +67,7 @@ class InducedEvolver(Evolver):
             self.notes.append("induced: no trace to read")
             return []
         traces = await read_traces(context.evidence, list(context.trace_rounds))
-        found = induce(traces, self.settings)
+        found = induce(traces, context.settings.induction if context.settings else self.settings)
         new: list[Proposal] = []
         stale: list[Proposal] = []
         untried = 0

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hx.aegis.induction.index import Corpus
-from hx.aegis.induction.methods import METHODS, Induced, InductionSettings
+from hx.aegis.induction.methods import METHODS, Induced
 from hx.aegis.induction.traces import AttemptTrace, Step, read_traces
+from hx.aegis.settings import InductionSettings
 from schemas.rules import sentence
 
 __all__ = ["AttemptTrace", "Induced", "InductionSettings", "Step", "induce", "read_traces"]

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from hx.aegis.induction.index import Corpus, Indexed, StepRef, head
+from hx.aegis.settings import InductionSettings
 from hx.processors._rule_view import FUNCTION_WORDS, number_in, words
 from schemas.edits import Anchor
 from schemas.rules import (
@@ -44,18 +45,6 @@ from schemas.rules import (
     ShownAfter,
     TaskText,
 )
-
-
-@dataclass(frozen=True)
-class InductionSettings:
-    """The induction's thresholds (chosen on the validation split: see docs/rules.md)."""
-
-    min_support: int = 3
-    """Fewest tasks a rule must rest on (attempts of one task are not independent evidence of a rule)."""
-    max_against: float = 0.1
-    """Most steps speaking against a rule, as a fraction of the attempts it rests on."""
-    min_lift: float = 2.0
-    """How many times more often a preferred action must raise the score than the others."""
 
 
 @dataclass(frozen=True)

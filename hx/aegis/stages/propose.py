@@ -31,7 +31,7 @@ def context(ctx: RoundContext) -> Context:
         raise PipelineError("the evolver needs the round's digests and landscape: put Digest and Plan before it")
     evidence = Evidence(ctx.run.trials.log, ctx.run.run_id)
     return Context(ctx.round, ctx.run.state(), ctx.landscape.landscape, tuple(ctx.digested.digests),
-                   evidence=evidence, trace_rounds=tuple(ctx.digested.trace_rounds))
+                   evidence=evidence, trace_rounds=tuple(ctx.digested.trace_rounds), settings=ctx.run.settings)
 
 
 async def candidate(ctx: RoundContext, cid: str, proposal: Proposal, state: RunState,
