@@ -42,6 +42,7 @@ from schemas.rules import (
     RequireBefore,
     Rule,
     RuleSupport,
+    Says,
     ShownAfter,
     TaskText,
 )
@@ -131,39 +132,57 @@ def _evidenced(pattern: Pattern, refs: list[StepRef], s: InductionSettings) -> b
         >= s.min_support
 
 
+def _cues(refs: list[StepRef], s: InductionSettings, limit: int = 8) -> list[str]:
+    """Words of the last observation before the evidence steps, shared by at least ``min_support`` tasks' steps
+    (the most common first): what the state said when the action went wrong."""
+    tasks: dict[str, set[str]] = {}
+    for a, t in refs:
+        for w in a.last[t]:
+            if w not in FUNCTION_WORDS and not w.isdigit():
+                tasks.setdefault(w, set()).add(a.trace.task)
+    shared = [(len(ts), w) for w, ts in tasks.items() if len(ts) >= s.min_support]
+    return [w for _, w in sorted(shared, key=lambda nw: (-nw[0], nw[1]))[:limit]]
+
+
+def _avoidance(corpus: Corpus, pattern: Pattern, cue: str, s: InductionSettings
+               ) -> tuple[tuple[int, int, int], Induced] | None:
+    """How an ``avoid`` of ``pattern`` (when the last observation says ``cue``, if given) fares on the steps."""
+    covered, against, other = [], 0, 0
+    for a, t in corpus.taking(pattern):
+        if (cue and cue not in a.last[t]) or not _blocks(a, pattern, t):
+            continue
+        step = a.trace.steps[t]
+        if step.fatal:
+            covered.append((a, t))
+        elif step.rose:
+            against += 1
+        else:
+            other += 1
+    n = len(_tasks(covered))
+    if n < s.min_support or against > s.max_against * n:
+        return None
+    when = (Says(text=LastObservation(), words=(cue,)),) if cue else ()
+    tasks = _failing_tasks(covered)
+    return (n, -against, -other), Induced(Rule(do=Avoid(what=pattern), when=when),
+                                          _support("fatal", covered, against), tasks, _anchors(covered),
+                                          float(len(tasks)))
+
+
 def fatal(corpus: Corpus, s: InductionSettings) -> list[Induced]:
-    """Avoid what ended attempts in failure, qualified as narrowly as the evidence allows."""
+    """Avoid what ended attempts in failure, qualified as narrowly as the evidence allows: by a text the action
+    must (not) name, or else by a word the last observation said before it went wrong."""
     ends = [(a, t) for a in corpus.attempts for t, step in enumerate(a.trace.steps) if step.fatal]
     options = texts(corpus, s.min_support)
     out = []
     for base, refs in _by_base(ends).items():
         if len(_tasks(refs)) < s.min_support:
             continue
-        best: tuple[tuple[int, int, int], Induced] | None = None
-        for pattern in qualified(base, options):
-            if not _evidenced(pattern, refs, s):
-                continue
-            covered, against, other = [], 0, 0
-            for a, t in corpus.taking(pattern):
-                if not _blocks(a, pattern, t):
-                    continue
-                step = a.trace.steps[t]
-                if step.fatal:
-                    covered.append((a, t))
-                elif step.rose:
-                    against += 1
-                else:
-                    other += 1
-            n = len(_tasks(covered))
-            if n < s.min_support or against > s.max_against * n:
-                continue
-            rank = (n, -against, -other)
-            if best is None or rank > best[0]:
-                tasks = _failing_tasks(covered)
-                best = rank, Induced(Rule(do=Avoid(what=pattern)), _support("fatal", covered, against), tasks,
-                                     _anchors(covered), float(len(tasks)))
-        if best is not None:
-            out.append(best[1])
+        judged = [_avoidance(corpus, p, "", s) for p in qualified(base, options) if _evidenced(p, refs, s)]
+        found = [j for j in judged if j is not None]
+        if not found:  # no qualifier separates the failures from the successes: try what the state said
+            found = [j for cue in _cues(refs, s) if (j := _avoidance(corpus, base, cue, s)) is not None]
+        if found:
+            out.append(max(found, key=lambda j: j[0])[1])
     return out
 
 
