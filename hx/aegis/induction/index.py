@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from hx.aegis.induction.traces import AttemptTrace
 from hx.processors._rule_view import content, words
 from schemas.rules import AnyText, LastObservation, Pattern, ReadText, ShownAfter, TaskText
@@ -26,6 +28,13 @@ def head(action: str) -> str:
     """An action's leading word (its verb in an English command)."""
     tokens = words(action)
     return tokens[0] if tokens else ""
+
+
+def _text_key(text: AnyText) -> str:
+    """A cheap key for a text kind (hashing the Struct at every step would cost more than the lookup saves)."""
+    if isinstance(text, ShownAfter):
+        return "after:" + msgspec.json.encode(text.action).decode()
+    return type(text).__name__
 
 
 @dataclass
@@ -48,6 +57,7 @@ class Indexed:
     """Action -> the first step it was taken."""
     first_kind: dict[str, int] = field(default_factory=dict)
     """Leading word -> the first step an action with it was taken."""
+    _reach: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, trace: AttemptTrace) -> Indexed:
@@ -76,24 +86,11 @@ class Indexed:
             last = seen
         return out
 
-    def _shown(self, pattern: Pattern, w: str, t: int) -> bool:
-        # The induction only writes ShownAfter patterns with a one-word ``starts``; longer ones are read exactly.
-        lead = words(pattern.starts)
-        if len(lead) == 1 and not pattern.mentions and pattern.named_in is None and pattern.not_named_in is None:
-            return self.shown_first.get(lead[0], {}).get(w, NEVER) < t
-        return any(w in words(s.observation) and self.matches(pattern, s.action, i)
-                   for i, s in enumerate(self.trace.steps[:t]))
-
     def knows(self, text: AnyText, w: str, t: int) -> bool:
         """True when word ``w`` is in ``text`` as the attempt had seen it just before step ``t``."""
-        if isinstance(text, TaskText):
-            return w in self.task_words
         if isinstance(text, LastObservation):
             return w in self.last[t] if t < len(self.last) else False
-        if isinstance(text, ReadText):
-            return self.read_first.get(w, NEVER) < t
-        assert isinstance(text, ShownAfter)
-        return self._shown(text.action, w, t)
+        return self._first(text, w) < t
 
     def matches(self, pattern: Pattern, action: str, t: int) -> bool:
         """True when ``action`` is one of the pattern's actions at step ``t`` (the interpreter's ``matches``)."""
@@ -105,12 +102,34 @@ class Indexed:
 
     def qualifies(self, pattern: Pattern, action: str, t: int) -> bool:
         """The pattern's text conditions hold for ``action`` at step ``t`` (its words matched already)."""
-        if pattern.named_in is None and pattern.not_named_in is None:
-            return True
-        named = content(action, pattern.starts)
-        if pattern.named_in is not None and not all(self.knows(pattern.named_in, w, t) for w in named):
+        if pattern.named_in is not None and not self._all_known(pattern.named_in, action, pattern.starts, t):
             return False
-        return pattern.not_named_in is None or any(not self.knows(pattern.not_named_in, w, t) for w in named)
+        return pattern.not_named_in is None or not self._all_known(pattern.not_named_in, action, pattern.starts, t)
+
+    def _all_known(self, text: AnyText, action: str, starts: str, t: int) -> bool:
+        """Every word the action names after ``starts`` is in ``text`` as seen before step ``t``."""
+        if isinstance(text, LastObservation):
+            return all(w in self.last[t] for w in content(action, starts)) if t < len(self.last) else \
+                not content(action, starts)
+        key = (_text_key(text), action, starts)
+        reach = self._reach.get(key)
+        if reach is None:  # the step from which every named word is known: one number per (text, action)
+            reach = self._reach[key] = max((self._first(text, w) for w in content(action, starts)), default=-1)
+        return reach < t
+
+    def _first(self, text: AnyText, w: str) -> int:
+        """The step after which ``w`` is part of ``text`` (-1: from the start; ``NEVER``: not in the attempt)."""
+        if isinstance(text, TaskText):
+            return -1 if w in self.task_words else NEVER
+        if isinstance(text, ReadText):
+            return self.read_first.get(w, NEVER)
+        assert isinstance(text, ShownAfter)
+        lead = words(text.action.starts)
+        simple = len(lead) == 1 and text.action == Pattern(starts=text.action.starts)
+        if simple:
+            return self.shown_first.get(lead[0], {}).get(w, NEVER)
+        return next((i for i, st in enumerate(self.trace.steps)
+                     if w in words(st.observation) and self.matches(text.action, st.action, i)), NEVER)
 
     def offered(self, pattern: Pattern, t: int) -> list[str]:
         """The actions offered before step ``t`` that the pattern could match (by leading word)."""
