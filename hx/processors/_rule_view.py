@@ -61,6 +61,7 @@ def content(action: str, starts: str = "") -> frozenset[str]:
     return frozenset(w for w in rest if w not in FUNCTION_WORDS)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def number_in(action: str) -> float | None:
     """The least number an action names (``put 45 olives in box``: 45), or None."""
     found = [float(n) for n in _NUMBER.findall(action)]

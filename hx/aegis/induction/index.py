@@ -30,7 +30,7 @@ def head(action: str) -> str:
     return tokens[0] if tokens else ""
 
 
-def _text_key(text: AnyText) -> str:
+def text_key(text: AnyText) -> str:
     """A cheap key for a text kind (hashing the Struct at every step would cost more than the lookup saves)."""
     if isinstance(text, ShownAfter):
         return "after:" + msgspec.json.encode(text.action).decode()
@@ -102,19 +102,21 @@ class Indexed:
 
     def qualifies(self, pattern: Pattern, action: str, t: int) -> bool:
         """The pattern's text conditions hold for ``action`` at step ``t`` (its words matched already)."""
-        if pattern.named_in is not None and not self._all_known(pattern.named_in, action, pattern.starts, t):
+        named, other = pattern.named_in, pattern.not_named_in
+        if named is not None and not self.known(text_key(named), named, action, pattern.starts, t):
             return False
-        return pattern.not_named_in is None or not self._all_known(pattern.not_named_in, action, pattern.starts, t)
+        return other is None or not self.known(text_key(other), other, action, pattern.starts, t)
 
-    def _all_known(self, text: AnyText, action: str, starts: str, t: int) -> bool:
-        """Every word the action names after ``starts`` is in ``text`` as seen before step ``t``."""
-        if isinstance(text, LastObservation):
+    def known(self, key: str, text: AnyText, action: str, starts: str, t: int) -> bool:
+        """Every word the action names after ``starts`` is in ``text`` (whose ``text_key`` is ``key``) as seen
+        before step ``t``."""
+        if key == "LastObservation":
             return all(w in self.last[t] for w in content(action, starts)) if t < len(self.last) else \
                 not content(action, starts)
-        key = (_text_key(text), action, starts)
-        reach = self._reach.get(key)
+        reach = self._reach.get((key, action, starts))
         if reach is None:  # the step from which every named word is known: one number per (text, action)
-            reach = self._reach[key] = max((self._first(text, w) for w in content(action, starts)), default=-1)
+            reach = self._reach[key, action, starts] = max((self._first(text, w) for w in content(action, starts)),
+                                                          default=-1)
         return reach < t
 
     def _first(self, text: AnyText, w: str) -> int:

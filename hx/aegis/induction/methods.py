@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from hx.aegis.induction.index import Corpus, Indexed, StepRef, head
+from hx.aegis.induction.index import Corpus, Indexed, StepRef, head, text_key
 from hx.aegis.settings import InductionSettings
 from hx.processors._rule_view import FUNCTION_WORDS, number_in, words
 from schemas.edits import Anchor
@@ -204,7 +204,14 @@ def _rows(corpus: Corpus, base: Pattern) -> list[Row]:
 
 
 def _kept(a: Indexed, matched: list[str], pattern: Pattern, order: Order, t: int) -> list[str]:
-    kept = [o for o in matched if a.qualifies(pattern, o, t)]
+    named, other = pattern.named_in, pattern.not_named_in
+    kept = matched
+    if named is not None:
+        key = text_key(named)
+        kept = [o for o in kept if a.known(key, named, o, pattern.starts, t)]
+    if other is not None:
+        key = text_key(other)
+        kept = [o for o in kept if not a.known(key, other, o, pattern.starts, t)]
     if order and kept:
         numbered = [(n, o) for o in kept if (n := number_in(o)) is not None]
         if numbered:
@@ -250,6 +257,43 @@ def _lift(rows: list[Row], pattern: Pattern, order: Order,
     return lift, followed_useful, diverged
 
 
+def _narrows(rows: list[Row], pattern: Pattern) -> bool:
+    """The qualified pattern keeps fewer actions than its base at some of these steps (else, on the evidence,
+    it is the base under another name and not worth weighing)."""
+    return any(not a.qualifies(pattern, o, t) for a, t, matched in rows for o in matched)
+
+
+class _Preferences:
+    """The best preference of one base pattern per order, its qualified forms judged against the plain one."""
+
+    def __init__(self, base: Pattern, rows: list[Row], s: InductionSettings) -> None:
+        self.base, self.rows, self.s = base, rows, s
+        self.found: dict[Order, tuple[float, Induced]] = {}
+        self.plain: dict[Order, float] = {}
+
+    def judge(self, pattern: Pattern, order: Order) -> None:
+        """Weigh preferring ``pattern`` (in ``order``); keep it when it is the best so far."""
+        judged = _lift(self.rows, pattern, order, self.s)
+        if judged is None:
+            return
+        lift, followed, diverged = judged
+        if pattern == self.base:
+            self.plain[order] = lift
+        # Occam: a qualifier must earn its place, lifting clearly more than the plain pattern does.
+        elif lift <= self.plain.get(order, 0.0) * QUALIFIER_GAIN:
+            return
+        if order not in self.found or lift > self.found[order][0]:
+            tasks = _failing_tasks(diverged)
+            self.found[order] = lift, Induced(Rule(do=Prefer(what=pattern, order=order)),
+                                              _support("order" if order else "rising", followed, 0), tasks,
+                                              _anchors(followed), len(tasks) * min(lift, 10.0) / 10.0)
+
+    def best(self) -> Pattern | None:
+        """The pattern of the best unordered preference (None: none holds)."""
+        effect = self.found[""][1].rule.do if "" in self.found else None
+        return effect.what if isinstance(effect, Prefer) else None
+
+
 def rising(corpus: Corpus, s: InductionSettings) -> list[Induced]:
     """Prefer what raised the score or led to it, when following the preference pays; and the least or most
     number first."""
@@ -259,31 +303,19 @@ def rising(corpus: Corpus, s: InductionSettings) -> list[Induced]:
     for base, refs in _by_base(ups).items():
         if len(_tasks(refs)) < s.min_support:
             continue
-        numbered = any(number_in(a.trace.steps[t].action) is not None for a, t in refs)
-        found: dict[Order, tuple[float, Induced]] = {}
-        plain: dict[Order, float] = {}
         rows = _rows(corpus, base)
+        search = _Preferences(base, rows, s)
+        useful = [row for row in rows if row[0].trace.steps[row[1]].useful]
         for pattern in qualified(base, options):
-            if not _evidenced(pattern, refs, s):
-                continue
-            orders: tuple[Order, ...] = ("", "least", "most") if numbered else ("",)
-            for order in orders:
-                judged = _lift(rows, pattern, order, s)
-                if judged is None:
-                    continue
-                lift, followed, diverged = judged
-                tasks = _failing_tasks(diverged)
-                induced = Induced(Rule(do=Prefer(what=pattern, order=order)),
-                                  _support("order" if order else "rising", followed, 0), tasks, _anchors(followed),
-                                  len(tasks) * min(lift, 10.0) / 10.0)
-                if pattern == base:
-                    plain[order] = lift
-                # Occam: a qualifier must earn its place, lifting clearly more than the plain pattern does.
-                elif lift <= plain.get(order, 0.0) * QUALIFIER_GAIN:
-                    continue
-                if order not in found or lift > found[order][0]:
-                    found[order] = lift, induced
-        out += [induced for _, induced in found.values()]
+            if pattern == base or (_evidenced(pattern, refs, s) and _narrows(useful, pattern)):
+                search.judge(pattern, "")
+        if any(number_in(a.trace.steps[t].action) is not None for a, t in refs):
+            best = search.best()  # an order is tried on the plain pattern and on the best qualified one only
+            for order in ("least", "most"):
+                search.judge(base, order)
+                if best is not None and best != base:
+                    search.judge(best, order)
+        out += [induced for _, induced in search.found.values()]
     return out
 
 
