@@ -187,7 +187,9 @@ class RuleProgram(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
             TaskStart | BeforeModel | BeforeTool | AfterTool]:
         """Read the task (task_start) and each result (after_tool); narrow the offer; refuse calls."""
         if isinstance(event, TaskStart):
+            # A new attempt: nothing seen, nothing refused (a reused instance must not explain an old call id).
             self._view = AttemptView(event.task.instruction)
+            self._refusals = Refusals()
             yield event
         elif isinstance(event, AfterTool):
             action = action_of(event.call)
