@@ -144,6 +144,33 @@ def test_the_last_observation_before_any_action_is_the_opening() -> None:
     assert not matches(Pattern(starts="open", named_in=LastObservation()), "open door", view)
 
 
+# --- sentences: how a rule reads in `hx ledger`, `hx export` and `hx report` -------------------------
+
+
+@pytest.mark.parametrize(("rule", "words_of"), [
+    (Rule(do=Avoid(what=Pattern(starts="eat", not_named_in=TaskText()))),
+     "avoid `eat …` that names something not in the task"),
+    (Rule(do=Prefer(what=Pattern(starts="take", named_in=ShownAfter(action=Pattern(starts="read"))))),
+     "prefer `take …` that names only things in what `read …` showed"),
+    (Rule(do=Prefer(what=Pattern(mentions=("key",)), order="least")),
+     "prefer `… key`, the one naming the least number"),
+    (Rule(do=RequireBefore(first=Pattern(starts="read", mentions=("cookbook",)), then=Pattern(starts="cook"))),
+     "do `cook …` only after `read … cookbook`"),
+    (Rule(do=ForbidRepeat(what=Pattern(starts="open")), at="before_tool"), "never repeat `open …` (refusing the call)"),
+    (Rule(do=Avoid(what=Pattern(starts="move")), when=(Says(text=LastObservation(), words=("dark",)),)),
+     "avoid `move …` when the last observation says 'dark'"),
+    (Rule(do=Prefer(what=Pattern(starts="look")), when=(Did(action=Pattern(starts="move"), within=1),)),
+     "prefer `look …` when `move …` was just done"),
+    (Rule(do=Prefer(what=Pattern(starts="look")), when=(Did(action=Pattern(starts="move"), within=3),
+                                                         NotDid(action=Pattern(starts="read")))),
+     "prefer `look …` when `move …` was done in the last 3 actions and `read …` was not done yet"),
+    (Rule(do=Avoid(what=Pattern(starts="inventory")), when=(Revisited(times=2), Did(action=Pattern(starts="look")))),
+     "avoid `inventory …` when the state was visited 2 time(s) before and `look …` was done earlier"),
+])
+def test_every_kind_reads_as_a_plain_sentence(rule: Rule, words_of: str) -> None:
+    assert sentence(rule) == words_of
+
+
 # --- conditions -------------------------------------------------------------------------------
 
 
