@@ -391,6 +391,16 @@ async def test_before_tool_restrictions_follow_the_attempt() -> None:
     assert (await attempt.call(5, "open chest")).approved
 
 
+async def test_a_repeat_is_refused_however_the_model_spells_it() -> None:
+    # before_tool rules run before tool_call_corrector normalises the call: a repeat is the same words
+    attempt = Pipelines(program(Rule(do=ForbidRepeat(what=Pattern(starts="open")), at="before_tool")))
+    await attempt.start("Open things.")
+    await attempt.call(1, "open door")
+    await attempt.result(1, "open door", "Opened.")
+    assert not (await attempt.call(2, " Open  Door")).approved
+    assert (await attempt.call(3, "open doors")).approved
+
+
 async def test_one_instance_keeps_nothing_from_one_attempt_to_the_next() -> None:
     rule = Rule(do=ForbidRepeat(what=Pattern(starts="take")), at="before_tool")
     proc = RuleProgram(rules=(rule, Rule(do=RequireBefore(first=Pattern(starts="read"), then=Pattern(starts="cook")))))
