@@ -9,9 +9,11 @@ be refused when the harness is built, in one line from the command.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 from hx_cli import error_line, ok
@@ -19,6 +21,7 @@ from hx_cli import hx as hx_command
 
 import hx.runtime.providers.script  # noqa: F401 - registers the script: provider
 from hx.harness.config import HarnessConfig
+from hx.harness.edits import describe
 from hx.harness.errors import CompositionError
 from hx.harness.processor import build
 from hx.harnesses import starter_harness
@@ -31,6 +34,7 @@ from hx.runtime.loop import BLOCKED
 from hx.runtime.models import ModelConfig
 from hx.runtime.pipeline import HookPipeline
 from hx.runtime.task import FunctionTool, Task, Tool
+from schemas.edits import AddRule
 from schemas.event import Event
 from schemas.history import resolve_async
 from schemas.hooks import AfterTool, BeforeModel, BeforeTool, HookName, HookPayload, HookRecord, TaskStart
@@ -48,6 +52,7 @@ from schemas.rules import (
     RequireBefore,
     Revisited,
     Rule,
+    RuleSupport,
     Says,
     ShownAfter,
     TaskText,
@@ -547,6 +552,41 @@ def test_hx_run_refuses_a_bad_program_in_one_line_and_writes_nothing(tmp_path: P
                          str(path), "--run-id", "bad-rules"))
     assert line == f"error: {path}: {message}"  # the file, the rule and why
     assert not data.exists()  # no results file, no embedded server, no log
+
+
+# --- docs/rules.md: its examples are what this hx reads, its sentences what it prints -----------------
+
+RULES_DOC = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
+BLOCK = re.compile(r"(<!-- rejected -->\n)?```(yaml|text)\n(.*?)```", re.S)
+
+
+def test_the_rules_doc_shows_what_hx_reads_and_prints() -> None:
+    doc = RULES_DOC.read_text()
+    blocks = BLOCK.findall(doc)
+    texts = [body for _, kind, body in blocks if kind == "text"]
+    examples = 0
+    for rejected, kind, body in blocks:
+        if kind != "yaml":
+            continue
+        if body.startswith("processors:"):  # a whole harness: it loads, and the doc says what its rules read
+            held = HarnessConfig.loads(body, "yaml")
+            [proc] = [p for p in held.instantiate()["before_model"] if isinstance(p, RuleProgram)]
+            assert all(sentence(r) in " ".join(doc.split()) for r in proc.rules)
+            continue
+        rules = yaml.safe_load(body)
+        if rejected:
+            with pytest.raises(CompositionError) as caught:
+                build("rule_program", {"rules": rules})
+            assert any(line == f"error: harness.yaml: {caught.value}" for t in texts for line in t.splitlines())
+            continue
+        [rule] = RuleProgram(rules=tuple(msgspec.convert(rules, list[Rule]))).rules
+        assert body.splitlines()[0] == f"# {sentence(rule)}"
+        examples += 1
+    assert examples >= 13  # one for every text, pattern field, condition and effect
+    odd = Rule(do=Avoid(what=Pattern(starts="eat", not_named_in=TaskText())))
+    assert describe(AddRule(rule=odd, support=RuleSupport(method="fatal", attempts=14, tasks=3))) + "\n" in texts
+    refusing = Rule(do=Avoid(what=Pattern(starts="eat")), at="before_tool")
+    assert f"{BLOCKED}: the harness's rule: {sentence(refusing)}\n" in texts
 
 
 # --- end to end: the random agent in TextWorldExpress coin, under `hx run` ---------------------------
