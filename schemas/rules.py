@@ -225,8 +225,9 @@ def condition_phrase(condition: AnyCondition) -> str:
     if isinstance(condition, Says):
         return f"{text_phrase(condition.text)} says {' '.join(condition.words)!r}"
     if isinstance(condition, Did):
-        when = "just" if condition.within == 1 else (f"in the last {condition.within} actions"
-                                                      if condition.within else "earlier")
+        if condition.within == 1:
+            return f"`{pattern_phrase(condition.action)}` was just done"
+        when = f"in the last {condition.within} actions" if condition.within else "earlier"
         return f"`{pattern_phrase(condition.action)}` was done {when}"
     if isinstance(condition, NotDid):
         return f"`{pattern_phrase(condition.action)}` was not done yet"

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from hx.harness.processor import Processor
 from hx.processors._choices import action_of, choices, narrowed, state_key
-from hx.processors._rule_view import AttemptView, all_hold, matches, number_in
+from hx.processors._rule_view import AttemptView, all_hold, matches, number_in, words
 from hx.processors.refusal import Refusals
 from hx.runtime.loop import BLOCKED
 from schemas.hooks import AfterTool, BeforeModel, BeforeTool, TaskStart
@@ -134,8 +134,8 @@ def restriction(rule: Rule, view: AttemptView) -> Keep | None:
             return None
         return lambda a: not matches(effect.then, a, view)
     if isinstance(effect, ForbidRepeat):
-        taken = set(view.taken)
-        return lambda a: a not in taken or not matches(effect.what, a, view)
+        taken = {words(a) for a in view.taken}  # by words: a call's case and spacing are not corrected yet
+        return lambda a: words(a) not in taken or not matches(effect.what, a, view)
     return None
 
 
@@ -187,7 +187,9 @@ class RuleProgram(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
             TaskStart | BeforeModel | BeforeTool | AfterTool]:
         """Read the task (task_start) and each result (after_tool); narrow the offer; refuse calls."""
         if isinstance(event, TaskStart):
+            # A new attempt: nothing seen, nothing refused (a reused instance must not explain an old call id).
             self._view = AttemptView(event.task.instruction)
+            self._refusals = Refusals()
             yield event
         elif isinstance(event, AfterTool):
             action = action_of(event.call)
