@@ -15,9 +15,10 @@ holds the rule, never code), digested with the harness that holds them. They kee
 memory across attempts: what one attempt learnt reaches the next only as a rule that went
 through the gate.
 
-Compatibility: ``LANGUAGE`` is the version of this vocabulary. A program that states a
-newer one is refused with a one-line error; a later hx that adds a condition, text or
-effect kind raises ``LANGUAGE`` and the schema version of the events that carry rules.
+Compatibility: ``LANGUAGE`` is the newest version of this vocabulary this hx reads. A rule's
+``language`` defaults to 1 for good; a later hx that adds a condition, text or effect kind
+raises ``LANGUAGE``, and a rule using that kind states the version (so it is written out and an
+older hx refuses the rule in one line instead of misreading it).
 
 >>> rule = Rule(do=Avoid(what=Pattern(starts="eat", not_named_in=TaskText())))
 >>> sentence(rule)
@@ -163,7 +164,9 @@ class Rule(Payload, frozen=True, kw_only=True, omit_defaults=True):
     do: AnyEffect
     when: tuple[AnyCondition, ...] = ()
     at: Hook = "before_model"
-    language: int = LANGUAGE
+    language: int = 1
+    """The language version the rule needs: 1, or the version that added a kind it uses (always written then, so
+    an older hx sees it and refuses the rule in one line)."""
 
 
 class RuleSupport(Payload, frozen=True, kw_only=True, omit_defaults=True):

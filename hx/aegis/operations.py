@@ -59,6 +59,8 @@ def dimensions_of(operations: Iterable[AnyEditOp], base: HarnessConfig) -> tuple
     for op in operations:
         if isinstance(op, Attach | Replace):
             dims.append(_dimension(op.processor))
+        elif isinstance(op, AddRule | DropRule):
+            dims.append(_dimension(op.group))  # the interpreter's, whether or not the harness holds it yet
         else:
             current = next((a for a in base.attachments if a.group() == op.group), None)
             if current is not None:
