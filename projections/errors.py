@@ -19,3 +19,7 @@ class PluginError(HxError):
 
 class ProjectionFailed(HxError):
     """A projection's own code failed on the log: its fold raised or exited, or its state cannot be encoded."""
+
+
+class UnreadableRules(HxError):
+    """A harness recorded on the ledger holds a rule program this hx cannot decode."""

@@ -71,7 +71,7 @@ class Review:
 def supported(candidate: CandidateProposed, digests: Sequence[TaskDigest]) -> tuple[str, ...]:
     """The predicted flips the round's evidence backs."""
     by_task = {d.task: d for d in digests}
-    if any(isinstance(op, Remove) for op in candidate.operations):
+    if any(isinstance(op, Remove | DropRule) for op in candidate.operations):  # a revert: its flips are regressions
         return tuple(t for t in candidate.manifest.predicted_flips if t in by_task and not by_task[t].solved)
     claims = set(candidate.manifest.categories)
     return tuple(t for t in candidate.manifest.predicted_flips

@@ -20,30 +20,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hx.harness.config import HarnessConfig
-from hx.harness.edits import apply, describe
+from hx.harness.config import Attachment, HarnessConfig
+from hx.harness.edits import apply, describe, program_of
 from hx.harness.errors import CompositionError
 from hx.replay.errors import TimeTravelError
 from hx.replay.regressions import ShipBetween, ledger_of
 from hx.replay.timetravel import RunMarks, run_marks
 from hx.replay.trace_rounds import read_decoded
 from projections.ledger import RunLedger
-from schemas.edits import AnyEditOp, Attach, Remove, Reparam, Replace
+from schemas.edits import RULE_GROUP, AddRule, AnyEditOp, Attach, DropRule, Remove, Reparam, Replace
 from schemas.lifecycle import AttemptFinished
 from schemas.model import ModelResponse
+from schemas.rules import Rule
 from schemas.tools import EnvObservation, ToolInvoked, ToolReturned
 from streams.log import EventLog
 from streams.topology import TRACE, trace_subject
 
 
 def harness_ops(before: HarnessConfig, after: HarnessConfig) -> list[AnyEditOp]:
-    """The builder operations that turn ``before`` into ``after``, group by group (removals first)."""
+    """The builder operations that turn ``before`` into ``after``, group by group (removals first).
+
+    The rule interpreter's group changes by the rules that left and came (``DropRule``, ``AddRule``), as the
+    ledger records such edits, whenever those rebuild it exactly; otherwise like any group.
+    """
     old = {a.group(): a for a in before.attachments}
     new = {a.group(): a for a in after.attachments}
-    ops: list[AnyEditOp] = [Remove(group=g) for g in old if g not in new]
+    program = rule_ops(old.get(RULE_GROUP), new.get(RULE_GROUP))
+    ops: list[AnyEditOp] = [Remove(group=g) for g in old if g not in new and (g != RULE_GROUP or program is None)]
     for group, att in new.items():
         was = old.get(group)
-        if was is None:
+        if group == RULE_GROUP and program is not None:
+            ops += program
+        elif was is None:
             ops.append(Attach(processor=att.type, hooks=att.hooks, params=dict(att.params)))
         elif was.type != att.type or set(was.params) - set(att.params):
             # reparam merges parameters, so a dropped one needs the whole processor replaced
@@ -53,7 +61,32 @@ def harness_ops(before: HarnessConfig, after: HarnessConfig) -> list[AnyEditOp]:
         elif was.params != att.params:
             ops.append(Reparam(group=group, params={k: v for k, v in att.params.items()
                                                     if k not in was.params or was.params[k] != v}))
+    if RULE_GROUP not in new and program is not None:
+        ops = [*program, *ops]  # the interpreter went with its last rule: a removal, so first
     return ops
+
+
+def _program(att: Attachment | None) -> tuple[Rule, ...]:
+    return program_of(HarnessConfig([att]), RULE_GROUP) if att is not None else ()
+
+
+def rule_ops(was: Attachment | None, att: Attachment | None) -> list[AnyEditOp] | None:
+    """The rules dropped and added that turn the rule interpreter ``was`` into ``att`` (either may be absent);
+    None when those edits would not rebuild ``att`` exactly (other hooks or parameters: a plain group edit)."""
+    if was is None and att is None:
+        return None
+    old, new = _program(was), _program(att)
+    kept = [r for r in old if r in new]
+    same = next((i for i, (a, b) in enumerate(zip(kept, new, strict=False)) if a != b), min(len(kept), len(new)))
+    # AddRule appends: the rules after the common prefix come out and go back in, in their new order
+    ops: list[AnyEditOp] = [DropRule(rule=r) for r in old if r not in new[:same]]
+    ops += [AddRule(rule=r) for r in new[same:]]
+    try:
+        rebuilt = apply(HarnessConfig([was] if was is not None else []), ops)
+    except CompositionError:
+        return None
+    got = next(iter(rebuilt.attachments), None)
+    return ops if got == att else None
 
 
 @dataclass

@@ -25,6 +25,7 @@ from hx.replay.errors import AuditError
 from projections.ledger import RunLedger
 from projections.ledger_reader import read_run_ledger
 from projections.ledger_records import LedgerEntry
+from schemas.edits import AddRule, AnyEditOp, DropRule
 from schemas.errors import HxError
 from schemas.event import event_type
 from schemas.ledger import (
@@ -162,10 +163,10 @@ def headline(event: LedgerEvent) -> str:
                 f"trace rounds {rounds}")
     if isinstance(event, HarnessShipped):
         return (f"shipped {', '.join(event.candidates)} to {event.variant}: "
-                f"{event.digest_before[:19]} -> {event.digest_after[:19]}")
+                f"{event.digest_before[:19]} -> {event.digest_after[:19]}{_rules(event.operations)}")
     if isinstance(event, VariantForked):
         return (f"forked {event.variant} from {event.parent} with {event.candidate}: {event.digest[:19]}"
-                + (f" for {', '.join(event.clusters)}" if event.clusters else ""))
+                + (f" for {', '.join(event.clusters)}" if event.clusters else "") + _rules(event.operations))
     if isinstance(event, VariantRetired):
         return f"retired {event.variant}: {event.reason}"
     if isinstance(event, ModelChanged):
@@ -177,6 +178,11 @@ def headline(event: LedgerEvent) -> str:
         return f"{'approved' if event.approved else 'refused'} {event.candidate}" + (f" by {event.by}" if event.by
                                                                                        else "")
     return type(event).TYPE
+
+
+def _rules(operations: Sequence[AnyEditOp]) -> str:
+    """The rules a ship or fork added or dropped, as sentences (what a reader of the ledger wants of a ship)."""
+    return "".join(f"; {describe(op)}" for op in operations if isinstance(op, AddRule | DropRule))
 
 
 def _rejection(event: GateJudged) -> str:

@@ -20,6 +20,7 @@ from hx.report.evals import EvalData
 from hx.report.export import curves
 from hx.report.export_fold import RunFold
 from projections.ledger_records import RoundRecords
+from projections.ledger_rules import RuleRecord
 from schemas.edits import BUCKETS
 from schemas.event import Event
 from schemas.learn import PolicyGated, PolicyUpdated, UpdateSkipped
@@ -84,6 +85,9 @@ class ReportData:
     rejected: list[int] = field(default_factory=list)
     """Passes (by the round they trained through) whose policy the policy gate rejected."""
     ledger_events: int = 0
+    rules: list[RuleRecord] = field(default_factory=list)
+    """The rules ships and forks put into the variants' harnesses, in order, with their fate
+    (``projections.ledger_rules``)."""
     evals: EvalData = field(default_factory=EvalData)
     """The eval suite scores and experiment results about the run (``hx.report.evals``): set by the caller."""
 
@@ -107,7 +111,8 @@ class ReportData:
                    rounds=_timed([round_figures(fold, rnd, rows[rnd.round]) for rnd in ordered],
                                  fold.opened.at_ns, decided),
                    heldout=list(fold.heldout), learner=updates,
-                   rejected=[g.through_round for g in gates if not g.adopted], ledger_events=len(records))
+                   rejected=[g.through_round for g in gates if not g.adopted], ledger_events=len(records),
+                   rules=fold.rules())
 
     @property
     def coevolution(self) -> bool:

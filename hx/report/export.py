@@ -31,7 +31,7 @@ import msgspec
 
 from hx.aegis import levers
 from hx.harness.edits import describe
-from hx.report.export_fold import RunFold, json_text, link, rate, ratio, table
+from hx.report.export_fold import RunFold, json_text, link, rate, ratio, rule_ops, table
 from hx.report.export_journal import journal
 from hx.report.export_rounds import (
     applied_path,
@@ -44,6 +44,7 @@ from projections.ledger_records import RoundRecords, Ship
 from schemas.edits import BUCKETS
 from schemas.job import nested_job
 from schemas.ledger import HarnessShipped, LedgerEvent, ledger_digest
+from schemas.rules import sentence, support_phrase
 
 TrajectoryFiles = Mapping[int, Mapping[str, Sequence[str]]]
 """Round -> task -> the names of its trajectory files in ``R<n>/trajectories/``."""
@@ -103,6 +104,7 @@ def render(records: Sequence[LedgerEvent], trajectories: TrajectoryFiles | None 
         "data/task_history.jsonl": _jsonl(task_history(fold)),
         "data/ship_outcomes.json": json_text([ship_outcome(fold, s) for s in fold.state.ships]),
         "data/rejected_candidates.jsonl": _jsonl(rejected(fold)),
+        "data/rules.jsonl": _jsonl([r.as_dict() for r in fold.rules()]),
         "data/tokens.jsonl": _jsonl([row for rnd in fold.ordered() for row in token_rows(
             rnd.round, rnd.decided.metrics.tokens if rnd.decided else None)])}
     for rnd in fold.ordered():
@@ -142,7 +144,8 @@ def ship_outcome(fold: RunFold, ship: Ship) -> dict[str, Any]:
             "next_round": ship.round + 1 if nxt else None, "predicted": len(tested), "realised": len(realised),
             "realised_tasks": realised, "missed_tasks": [t for t in tested if t not in realised],
             "hit_rate": ratio(len(realised), len(tested)), "attribution": ship.manifest.attribution,
-            "attributed": len(attributed), "attribution_rate": ratio(len(attributed), len(realised))}
+            "attributed": len(attributed), "attribution_rate": ratio(len(attributed), len(realised)),
+            "rules": rule_ops(fold.final(ship.candidate).operations)}
 
 
 def rejection(fold: RunFold, cid: str) -> tuple[str, str, str]:
@@ -185,7 +188,8 @@ def rejected(fold: RunFold) -> list[dict[str, Any]]:
         out.append({"round": p.round, "candidate": cid, "variant": p.variant, "evolver": p.evolver,
                     "operations": [describe(op) for op in p.operations], "levers": list(cand.levers),
                     "buckets": list(p.buckets), "risk": p.risk, "predicted_flips": list(p.manifest.predicted_flips),
-                    "stage": stage, "reason": reason, "detail": detail, "build_error": p.build_error})
+                    "stage": stage, "reason": reason, "detail": detail, "build_error": p.build_error,
+                    "rules": rule_ops(p.operations)})
     return out
 
 
@@ -282,6 +286,21 @@ def _round_links(rnd: RoundRecords, files: Mapping[str, str], trajectories: Mapp
     return head + "".join(f"- {line}\n" for line in [*lines, ", ".join(folders)] if line) + "\n"
 
 
+def rules_section(fold: RunFold) -> str:
+    """``## Rules shipped``: per variant, each rule a ship or fork put into its harness, as a sentence with its
+    support, the round and candidate, and whether the variant still holds it ("" when the run shipped none)."""
+    records = fold.rules()
+    if not records:
+        return ""
+    parts = ["## Rules shipped\n\n"]
+    for variant in dict.fromkeys(r.variant for r in records):
+        rows = [[r.round, sentence(r.rule), support_phrase(r.support) if r.support else "-", r.candidate or "-",
+                 f"`{r.lever}`", r.status] for r in records if r.variant == variant]
+        parts.append(f"Variant `{variant}`:\n\n" + table(["round", "rule", "support", "candidate", "lever",
+                                                            "status"], rows) + "\n")
+    return "".join(parts)
+
+
 def index(fold: RunFold, files: Mapping[str, str], trajectories: TrajectoryFiles) -> str:
     """What the run is, and a link to every file of the directory."""
     o, state, f = fold.opened, fold.state, fold.finished
@@ -302,13 +321,14 @@ def index(fold: RunFold, files: Mapping[str, str], trajectories: TrajectoryFiles
            ("data/task_history.jsonl", "one line per (round, task)"),
            ("data/ship_outcomes.json", "each ship's predictions and what happened"),
            ("data/rejected_candidates.jsonl", "every candidate not shipped, and why"),
+           ("data/rules.jsonl", "every rule shipped to a variant: its sentence, support, lever, round and fate"),
            ("data/tokens.jsonl", "tokens per round: per meta-model stage, the task agent's total and per task")]
     rounds = "".join(_round_links(rnd, files, trajectories.get(rnd.round, {})) for rnd in fold.ordered())
     return (f"# Evolution run `{o.run_id}`\n\nStrategy `{o.strategy}`; status: {status}. "
             f"{len(state.decisions)} round(s) decided; {len(fold.records)} ledger events, head "
             f"{ledger_digest(fold.records[-1])}.\n\nInitial harness (`{o.variant}`): {o.digest}.\n\n"
             f"## Held-out (frozen split, aggregates only)\n\n{held}\n## Variants\n\n{variants}\n"
-            f"## Routing (cluster -> variant)\n\n{routing}\n## Files\n\n"
+            f"## Routing (cluster -> variant)\n\n{routing}\n{rules_section(fold)}## Files\n\n"
             + "".join(f"- {link(p, p)}: {what}\n" for p, what in top)
             + f"\n## Rounds\n\n{rounds or '(none yet)'}\n"
             f"## Settings (from ledger.opened)\n\n{table(['setting', 'value'], _settings(nested_job(o.settings)))}")

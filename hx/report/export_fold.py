@@ -17,15 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
+
 from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
 from hx.replay.errors import LedgerRefused
 from hx.report.errors import ReportError
 from projections.ledger import RunLedger
-from projections.ledger_records import RoundRecords, ShipRecord
+from projections.ledger_records import RoundRecords, ShipRecord, lever_of
+from projections.ledger_rules import RuleRecord, shipped_rules
+from schemas.edits import AddRule, AnyEditOp, DropRule
 from schemas.errors import HxError
 from schemas.landscape import TaskDigest
 from schemas.ledger import ApprovalGiven, CandidateProposed, EvolutionFinished, HeldoutScored, LedgerEvent, LedgerOpened
+from schemas.rules import sentence
 
 _KEEP = re.compile(r"[A-Za-z0-9.\-]")
 _NAME_MAX = 160
@@ -114,6 +119,23 @@ class RunFold:
     def history(self, task: str) -> list[tuple[int, TaskDigest]]:
         """A task's digests, round by round."""
         return [(rnd, d) for rnd, digests in self.ledger.digests.items() for d in digests if d.task == task]
+
+    def rules(self) -> list[RuleRecord]:
+        """The rules evolution put into each variant's harness, and their fate (``projections.ledger_rules``)."""
+        return shipped_rules(self.ledger)
+
+
+def rule_ops(operations: Iterable[AnyEditOp]) -> list[dict[str, Any]]:
+    """The rule edits among some operations, structured: op, lever, sentence (with support), support, the rule."""
+    out: list[dict[str, Any]] = []
+    for op in operations:
+        if isinstance(op, AddRule | DropRule):
+            support = op.support if isinstance(op, AddRule) else None
+            out.append({"op": type(op).__struct_config__.tag, "lever": lever_of(op),
+                        "sentence": sentence(op.rule, support),
+                        "support": msgspec.to_builtins(support) if support is not None else None,
+                        "rule": msgspec.to_builtins(op.rule)})
+    return out
 
 
 # --- names and text --------------------------------------------------------------------------

@@ -7,13 +7,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from hx.harness.edits import apply, describe
 from hx.harness.errors import CompositionError
 from hx.report.export_fold import RunFold, link, listed, rate, safe_name, table
-from projections.ledger_records import RoundRecords, ShipRecord
-from schemas.edits import AnyEditOp, Attach, Manifest, Reparam, Replace
+from projections.ledger_records import RoundRecords, ShipRecord, lever_of
+from schemas.edits import RULE_GROUP, AddRule, AnyEditOp, Attach, DropRule, Manifest, Reparam, Replace
 from schemas.landscape import Landscape, TaskDigest
 from schemas.ledger import CandidateProposed, GateJudged, HarnessShipped, RoundMetrics, RoundTokens
+from schemas.rules import Rule, sentence
 
 
 def candidate_path(rnd: int, cid: str) -> str:
@@ -42,13 +45,14 @@ def trajectory_name(task: str, attempt: int) -> str:
 
 
 def ship_line(record: ShipRecord) -> str:
-    """One line saying what a ship or fork did."""
+    """One line saying what a ship or fork did, and the rules it added or dropped, as sentences."""
     ship = record.event
+    rules = "".join(f"; {describe(op)}" for op in ship.operations if isinstance(op, AddRule | DropRule))
     if isinstance(ship, HarnessShipped):
         return (f"round {ship.round}: shipped {listed(ship.candidates)} to `{ship.variant}` "
-                f"({ship.digest_before[:19]} -> {ship.digest_after[:19]})")
+                f"({ship.digest_before[:19]} -> {ship.digest_after[:19]}){rules}")
     return (f"round {ship.round}: forked `{ship.variant}` from `{ship.parent}` with `{ship.candidate}` "
-            f"(serving {listed(ship.clusters, 'no cluster yet')}; {ship.digest[:19]})")
+            f"(serving {listed(ship.clusters, 'no cluster yet')}; {ship.digest[:19]}){rules}")
 
 
 def ship_name(ship: ShipRecord) -> str:
@@ -56,12 +60,32 @@ def ship_name(ship: ShipRecord) -> str:
     return "+".join(ship.candidates)
 
 
+def program_of_params(op: AnyEditOp) -> tuple[tuple[Rule, ...], dict[str, Any]]:
+    """(the rules an edit sets the rule interpreter's program to, its other parameters): for an attach, replace
+    or reparam of the ``rule_program`` group; ((), all its parameters) for any other edit or a program that does
+    not decode."""
+    params = dict(op.params) if isinstance(op, Attach | Replace | Reparam) else {}
+    edits_program = (op.group if isinstance(op, Reparam) else op.processor if isinstance(op, Attach | Replace)
+                     else "") == RULE_GROUP
+    if not edits_program or "rules" not in params:
+        return (), params
+    try:
+        rules = msgspec.convert(params["rules"], tuple[Rule, ...])
+    except msgspec.ValidationError:
+        return (), params  # shown as recorded: the candidate's build error says what is wrong with it
+    del params["rules"]
+    return rules, params
+
+
 def _ops(operations: Sequence[AnyEditOp]) -> str:
     lines = []
     for i, op in enumerate(operations, 1):
-        params = op.params if isinstance(op, Attach | Replace | Reparam) else {}
+        rules, params = program_of_params(op)
         extra = f" with `{json.dumps(params, sort_keys=True, ensure_ascii=False)}`" if params else ""
         lines.append(f"{i}. {describe(op)}{extra}")
+        lines += [f"   - rule {j}: {sentence(rule)}" for j, rule in enumerate(rules, 1)]
+        if isinstance(op, AddRule | DropRule):
+            lines.append(f"   - lever `{lever_of(op)}`")
     return "\n".join(lines) + "\n" if lines else "(no operation)\n"
 
 

@@ -1,7 +1,8 @@
 """A run's report as one self-contained HTML page: inline CSS, figures as base64 PNG data URIs, no network.
 
 ``page(data, plots)`` writes the header (run, benchmarks, model, rounds, status), the
-held-out table before and after, a row per round, the tokens per round, and each figure with its caption; then, when
+held-out table before and after, a row per round, the rules shipped (when any), the tokens per round, and each
+figure with its caption; then, when
 there are any, the eval suite's scores (figure, a row per eval, the latest per-task table) and
 the experiments' results. It
 reads no clock: the same data and figures give the same bytes.
@@ -18,6 +19,7 @@ from hx.report.data import ReportData
 from hx.report.evals import EVAL_FIGURE, EvalData, bounds_text
 from schemas.evaluation import Bounds
 from schemas.ledger import GameScore
+from schemas.rules import sentence, support_phrase
 
 if TYPE_CHECKING:  # the figures module imports matplotlib (0.2 s); the page only takes its drawn plots
     from hx.report.figures import Plot
@@ -124,6 +126,22 @@ def tokens_table(data: ReportData) -> str:
                   rows)
 
 
+def rules_section(data: ReportData) -> str:
+    """The "Rules shipped" section: per variant, each rule a ship or fork put into its harness, as a sentence, its
+    support, the round it shipped in, the candidate and whether the variant still holds it ("" when none shipped)."""
+    if not data.rules:
+        return ""
+    parts = ['<h2 id="rules">Rules shipped</h2>\n']
+    for variant in dict.fromkeys(r.variant for r in data.rules):
+        rows = [f"<tr>{_text(sentence(r.rule))}{_text(support_phrase(r.support) if r.support else '')}"
+                f"{_text(r.candidate)}{_text(r.status)}<td>{r.round}</td></tr>" for r in data.rules
+                if r.variant == variant]
+        parts.append(f'<h3 data-variant="{escape(variant)}">Variant <code>{escape(variant)}</code></h3>\n'
+                     + _table(["rule", "support", "candidate", "status", "shipped in round"], rows, text_columns=4)
+                     + "\n")
+    return "".join(parts)
+
+
 def _bounds(b: Bounds) -> str:
     return f"<td>{bounds_text(b.estimate, b.low, b.high)}</td>"
 
@@ -214,7 +232,8 @@ def page(data: ReportData, plots: Sequence[Plot]) -> str:
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
     run_plots = [p for p in plots if p.name != EVAL_FIGURE]
     eval_plot = next((p for p in plots if p.name == EVAL_FIGURE), None)
-    links = [(p.name, p.title) for p in run_plots] + [("eval_suite", "Eval suite")] * bool(data.evals.evals) + [
+    links = [("rules", "Rules shipped")] * bool(data.rules) + [(p.name, p.title) for p in run_plots] + [
+        ("eval_suite", "Eval suite")] * bool(data.evals.evals) + [
         ("experiments", "Experiments")] * bool(data.evals.experiments)
     contents = " · ".join(f'<a href="#{escape(name)}">{escape(title)}</a>' for name, title in links)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -222,7 +241,7 @@ def page(data: ReportData, plots: Sequence[Plot]) -> str:
             f"<h1>Evolution run <code>{escape(data.run_id)}</code></h1>\n<dl class=\"meta\">{dl}</dl>\n"
             f"<p>{contents}</p>\n"
             f"<h2>Held-out (frozen test split)</h2>\n{heldout_table(data)}\n"
-            f"<h2>Rounds</h2>\n{rounds_table(data)}\n"
+            f"<h2>Rounds</h2>\n{rounds_table(data)}\n{rules_section(data)}"
             f"<h2 id=\"tokens\">Tokens per round</h2>\n{tokens_table(data)}\n"
             + "".join(figure(p) for p in run_plots)
             + eval_section(data.evals, eval_plot) + experiments_section(data.evals)
