@@ -65,8 +65,6 @@ def dimensions_of(operations: Iterable[AnyEditOp], base: HarnessConfig) -> tuple
             current = next((a for a in base.attachments if a.group() == op.group), None)
             if current is not None:
                 dims.append(_dimension(current.type))
-            elif isinstance(op, AddRule):  # the first rule attaches the interpreter its group names
-                dims.append(_dimension(op.group))
     return tuple(dict.fromkeys(d for d in dims if d))
 
 

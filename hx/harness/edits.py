@@ -1,6 +1,7 @@
 """Edit operations applied to a harness: the ledger's typed edits (``schemas.edits``) through the builder algebra.
 
-A candidate, a ship and a fork are tuples of operations (attach, replace, remove, reparam)
+A candidate, a ship and a fork are tuples of operations (attach, replace, remove, reparam, and
+add_rule / drop_rule on the rule interpreter's program)
 applied in order to a variant's harness with ``HarnessConfig``'s own builder operations, so
 every edit type-checks exactly as a hand-built harness does: an unknown processor, a wrong
 hook, a duplicate group is a ``CompositionError`` naming the failing operation. What kind of
