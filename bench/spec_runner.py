@@ -102,15 +102,17 @@ def print_conclusion(run: Concluded, title: str) -> None:
     print(f"\n== {title}: {c['units']} units, {run.seconds:.0f} s wall (run {c['run_id']}) ==")
     means = {(s["level"], s["variable"]): s["mean"] for s in c["levels"]}
     width = max(len(s["level"]) for s in c["levels"]) + 2
+    column = max([28, *(len(v) + 2 for v in variables)])
     for variable in variables:
-        print(f"{'level':<{width}}{variable:>28}")
+        print(f"{'level':<{width}}{variable:>{column}}")
         for level in dict.fromkeys(s["level"] for s in c["levels"]):
             if (level, variable) in means:
-                print(f"{level:<{width}}{_bounds(means[(level, variable)]):>28}")
-    print(f"\n{'effect':<44}{'variable':<26}{'difference [95%]':>28}{'d':>7}  verdict")
+                print(f"{level:<{width}}{_bounds(means[(level, variable)]):>{column}}")
+    named = max([26, *(len(e["variable"]) + 2 for e in c["effects"])])  # a per-game variable names its game
+    print(f"\n{'effect':<44}{'variable':<{named}}{'difference [95%]':>28}{'d':>7}  verdict")
     for e in c["effects"]:
-        print(f"{e['level'] + ' - ' + e['reference']:<44}{e['variable']:<26}{_bounds(e['difference']):>28}"
+        print(f"{e['level'] + ' - ' + e['reference']:<44}{e['variable']:<{named}}{_bounds(e['difference']):>28}"
               f"{e['effect_size']['estimate']:>7.2f}  {e['verdict']}")
     for i in c.get("interactions", []):
-        print(f"interaction {i['factors'][1]:<32}{i['variable']:<26}{_bounds(i['contrast']):>28}")
+        print(f"interaction {i['factors'][1]:<32}{i['variable']:<{named}}{_bounds(i['contrast']):>28}")
     print(f"falsified_if: {c['falsified']} ({c['detail']})")

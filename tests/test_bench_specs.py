@@ -8,7 +8,9 @@ with, is what the level's units are played with.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +21,17 @@ import yaml
 from hx_cli import error_line, hx, ok
 from learner_kit import learn_records, model_turns
 
+from hx.aegis.evolvers import EVOLVERS
+from hx.environments.sciworld import VARIATIONS
+from hx.environments.twx import GAME_OPTIONS
 from hx.experiment.analysis import conclude
+from hx.experiment.claims import check_claim
 from hx.experiment.design import design_cells, units
 from hx.experiment.falsify import parse
 from hx.experiment.procedure import procedure_run_id
 from hx.experiment.spec import load_spec, parse_spec
 from projections.attempt_outputs import AttemptOutput
+from projections.ledger_reader import read_run_ledger
 from schemas.learn import PolicyInitialised, PolicyUpdated
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -35,7 +42,7 @@ SPECS = sorted(p for p in (Path(__file__).resolve().parent.parent / "bench" / "s
 
 
 def test_the_benches_have_specs() -> None:
-    assert {p.name for p in SPECS} >= {"evolution_efficacy.yaml", "coevolution.yaml"}
+    assert {p.name for p in SPECS} >= {"evolution_efficacy.yaml", "coevolution.yaml", "rule_induction.yaml"}
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
@@ -127,20 +134,25 @@ def test_a_controlled_rollout_budget_is_every_coevolve_levels_budget(nats_url: s
     assert "unknown coevolve option(s) temperature" in said
 
 
-@pytest.mark.parametrize("bench", ["evolution_efficacy", "coevolution"])
-def test_a_quick_run_never_plays_the_test_range_its_committed_spec_is_judged_on(bench: str) -> None:
-    import importlib.util
-    import sys
-
+def bench_module(name: str) -> Any:
+    """A bench script loaded as a module (bench/ on the path while it loads, for its sibling imports)."""
     folder = SPECS[0].parent.parent
     sys.path.insert(0, str(folder))
     try:
-        loaded = importlib.util.spec_from_file_location(f"bench_{bench}", folder / f"{bench}.py")
+        loaded = importlib.util.spec_from_file_location(f"bench_{name}", folder / f"{name}.py")
         assert loaded is not None and loaded.loader is not None
         module = importlib.util.module_from_spec(loaded)
+        sys.modules[loaded.name] = module  # a dataclass resolves its annotations through its module
         loaded.loader.exec_module(module)
     finally:
         sys.path.remove(str(folder))
+    return module
+
+
+@pytest.mark.parametrize("bench", ["evolution_efficacy", "coevolution"])
+def test_a_quick_run_never_plays_the_test_range_its_committed_spec_is_judged_on(bench: str) -> None:
+    module = bench_module(bench)
+    folder = SPECS[0].parent.parent
     committed = yaml.safe_load((folder / "specs" / f"{bench}.yaml").read_text())
     quick = module.derive(committed, seed=0, quick=True)
     assert quick["tasks"] and all(task.split(":")[2] == "dev" for task in quick["tasks"])
@@ -148,3 +160,138 @@ def test_a_quick_run_never_plays_the_test_range_its_committed_spec_is_judged_on(
     assert "claim" not in quick and len(quick.get("procedure_seeds", [])) <= 1
     assert min(int(task.split(":")[3]) for task in quick["tasks"]) >= adapted  # not the procedures' own dev tasks
     parse_spec(quick, where=f"{bench} --quick")  # a spec hx experiment run accepts
+
+
+# --- the rule-induction claim (issue 39): bench/specs/rule_induction.yaml and evolution_efficacy.py --suite rules ---
+
+RULES = SPECS[0].parent / "rule_induction.yaml"
+
+
+def game(task: str) -> str:
+    return ":".join(task.split(":")[:2])
+
+
+def test_the_rule_claim_plays_every_shipped_game_and_three_large_sciworld_tasks_on_unspent_test_tasks() -> None:
+    spec = load_spec(RULES)
+    games = list(dict.fromkeys(game(t) for t in spec.tasks))
+    assert [g for g in games if g.startswith("twx:")] == [f"twx:{g}" for g in GAME_OPTIONS]
+    science = [g.split(":")[1] for g in games if g.startswith("sciworld:")]
+    assert len(science) == 3 and all(VARIATIONS[task][2] >= 50 for task in science)  # test variations
+    assert all(t.split(":")[2] == "test" for t in spec.tasks)
+    check_claim(spec, RULES, RULES.parent)  # no other claim's tasks, no spent range
+    assert spec.claim == "rule-induction" and spec.expected_wall_s > 0
+    [factor] = spec.factors
+    assert factor.levels == ("starter", "catalog", "both")
+    levels = factor.scope.levels
+    assert levels["starter"] is None
+    assert (levels["catalog"]["evolver"], levels["both"]["evolver"]) == ("offline", "offline+induced")
+    assert {"offline", "offline+induced"} <= set(EVOLVERS.names())
+    same = [{k: v for k, v in levels[arm].items() if k != "evolver"} for arm in ("catalog", "both")]
+    assert same[0] == same[1] and same[0]["benches"] == games  # one budget, one stop rule, every game
+    claim = load_spec(RULES.parent / "evolution_efficacy.yaml").factors[0].scope.levels["evolved"]
+    assert {k: v for k, v in same[0].items() if k != "benches"} == {k: v for k, v in claim.items()
+                                                                  if k not in ("benches", "evolver")}
+    assert spec.procedure_seeds == (0, 1, 2) and spec.replications == 6 and spec.per_game
+    assert {tuple(p) for p in spec.comparisons} == {("both", "starter"), ("catalog", "starter"), ("both", "catalog")}
+    assert (RULES.parent / spec.controlled_variables["harness"]).is_file()
+
+
+def test_the_rule_claims_quick_run_keeps_two_games_and_plays_dev_tasks_its_evolutions_do_not_adapt_on() -> None:
+    module = bench_module("evolution_efficacy")
+    committed = yaml.safe_load(RULES.read_text())
+    quick = module.derive(committed, seed=0, quick=True, size=module.QUICK["rules"])
+    kept = ["twx:cookingworld", "sciworld:use-thermometer"]
+    assert list(dict.fromkeys(game(t) for t in quick["tasks"])) == kept
+    assert all(t.split(":")[2] == "dev" and int(t.split(":")[3]) >= 5 for t in quick["tasks"])
+    for arm in ("catalog", "both"):
+        options = quick["factors"][0]["scope"]["levels"][arm]
+        assert options["benches"] == kept and (options["rounds"], options["tasks"]) == (2, 5)
+    assert "claim" not in quick and quick["procedure_seeds"] == [0]
+    assert Path(quick["controlled_variables"]["harness"]).is_absolute()  # the run reads a copy of the spec elsewhere
+    parse_spec(quick, where="rules --quick")
+
+
+def test_games_keeps_those_games_of_a_suite_and_a_game_it_lacks_is_an_argument_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    module = bench_module("evolution_efficacy")
+    _, [(suite, spec)] = module.arguments(["--suite", "others", "--games", "twx:sorting"])
+    assert suite == "others" and {game(t) for t in spec["tasks"]} == {"twx:sorting"}
+    assert spec["factors"][0]["scope"]["levels"]["evolved"]["benches"] == ["twx:sorting"]
+    _, [(_, quick)] = module.arguments(["--suite", "rules", "--quick", "--games", "twx:sorting,twx:coin"])
+    assert list(dict.fromkeys(game(t) for t in quick["tasks"])) == ["twx:coin", "twx:sorting"]
+    for argv, said in [
+        (["--suite", "rules", "--games", "twx:nope"], "error: --games: twx:nope is not a game of suite rules (its "
+                                                      "games: twx:cookingworld, twx:twc,"),
+        (["--suite", "main", "--quick", "--games", "twx:coin,twx:cookingworld"],
+         "error: --games: twx:cookingworld is not a game of suite main (its games: twx:coin, twx:mapreader)"),
+        (["--suite", "rules", "--games", "twx:coin"], "error: --games: suite rules is the pre-registered claim "
+                                                      "'rule-induction', judged once on all its games"),
+        (["--suite", "rules", "--quick", "--games", "coin"], "error: argument --games: 'coin' is not a "
+                                                             "comma-separated list of bench:game names"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            module.arguments(argv)
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(said), err
+
+
+def _bounds(estimate: float, low: float, high: float) -> dict[str, float]:
+    return {"estimate": estimate, "low": low, "high": high}
+
+
+def test_the_rule_figures_judge_the_bar_the_goal_losses_and_the_catalog_games(capsys: pytest.CaptureFixture[str]
+                                                                             ) -> None:
+    figures = bench_module("rule_figures")
+    gains = {"twx:cookingworld": (0.2, 0.05, 0.35), "twx:sorting": (0.2, -0.02, 0.4),  # interval holds 0
+             "twx:arithmetic": (0.1, 0.02, 0.2),  # below the bar
+             "twx:twc": (0.15, 0.01, 0.3), "sciworld:use-thermometer": (0.3, 0.1, 0.5),
+             "twx:coin": (0.0, -0.1, 0.1), "twx:mapreader": (0.0, -0.1, 0.1)}
+    over_catalog = {**{g: (0.0, -0.1, 0.1) for g in gains}, "twx:coin": (-0.2, -0.3, -0.1)}
+    concluded = {
+        "levels": [{"variable": f"pass_at_k {g}", "level": arm, "mean": _bounds(0.5, 0.4, 0.6)}
+                   for g in gains for arm in ("starter", "catalog", "both")],
+        "effects": [*({"variable": f"pass_at_k {g}", "level": "both", "reference": "starter",
+                       "difference": _bounds(*d)} for g, d in gains.items()),
+                    *({"variable": f"pass_at_k {g}", "level": "both", "reference": "catalog",
+                       "difference": _bounds(*d)} for g, d in over_catalog.items())]}
+    judged = figures.game_figures(concluded, list(gains))
+    assert [f.game for f in judged if f.meets_bar] == ["twx:cookingworld", "twx:twc", "sciworld:use-thermometer"]
+    figures.print_games(judged)
+    shown = capsys.readouterr().out
+    assert "goal: 3 of 5 named games meet the bar (needs 3): MET" in shown
+    assert "nulls (bar missed): twx:sorting, twx:arithmetic" in shown
+    assert "no game loses: NO, twx:coin: both - catalog below 0" in shown
+    assert "twx:coin: both - catalog -0.200 [-0.300, -0.100]: LOST against the catalog arm" in shown
+    assert "twx:mapreader: both - catalog  0.000 [-0.100,  0.100]: kept" in shown
+
+
+@pytest.mark.slow
+def test_the_rule_figures_read_each_evolution_the_experiment_made_from_its_ledger(nats_url: str,
+                                                                                tmp_path: Path) -> None:
+    figures = bench_module("rule_figures")
+    tiny = {"benches": ["twx:coin"], "rounds": 1, "tasks": 4, "heldout_tasks": 2, "candidates": 1, "attempts": 2}
+    data = {"title": "arms on coin", "hypothesis": "both evolvers lift coin",
+            "falsified_if": 'diff_low(pass_at_k, "both", "catalog") <= 0',
+            "factors": [{"name": "arm", "levels": ["starter", "catalog", "both"],
+                         "scope": {"kind": "procedure", "target": "evolve",
+                                   "levels": {"starter": None, "catalog": {**tiny, "evolver": "offline"},
+                                              "both": {**tiny, "evolver": "offline+induced"}}}}],
+            "tasks": ["twx:coin:dev:40"], "replications": 2, "procedure_seeds": [0],
+            "response_variables": ["pass_at_k"], "controlled_variables": {"model": "random:", "max_steps": 40},
+            "seed": 1}
+    ok(run(nats_url, tmp_path, data, "--run-id", "exp-rf", "--json"))
+    runs = figures.read_runs(NatsSettings(url=nats_url), data, "exp-rf")
+    assert [(r.arm, r.run_id) for r in runs] == [("catalog", "exp-rf-arm-catalog-s0"), ("both", "exp-rf-arm-both-s0")]
+
+    async def ledgers() -> list[Any]:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            return [await read_run_ledger(conn.log, r.run_id) for r in runs]
+    for r, ledger in zip(runs, asyncio.run(ledgers()), strict=True):
+        [decided] = [one.decided for one in ledger.ordered()]
+        assert r.rounds == 1 and dict(r.outcomes) == {decided.outcome: 1}
+        assert r.attempts == decided.metrics.rollouts > 0
+        assert r.wall_s == (ledger.finished.at_ns - ledger.opened.at_ns) / 1e9 > 0
+        [rnd] = ledger.ordered()
+        assert rnd.landscape is not None and rnd.proposed  # the round proposed: the landscape to its first candidate
+        assert r.propose_s == (rnd.proposed[0].at_ns - rnd.landscape.at_ns) / 1e9 and 0 < r.propose_s < r.wall_s
+        assert r.heldout == (ledger.heldout[0].pass_at_2, ledger.heldout[-1].pass_at_2) and None not in r.heldout
