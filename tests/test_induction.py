@@ -46,7 +46,6 @@ from hx.processors.rule_program import narrow
 from schemas.edits import Anchor
 from schemas.envelope import OpenedMessage
 from schemas.ledger import HeldoutScored, RoundDigested
-from schemas.lifecycle import AttemptFinished
 from schemas.rules import (
     AnyText,
     Avoid,
@@ -373,7 +372,7 @@ async def test_read_traces_gives_every_adaptation_attempt_as_the_log_recorded_it
             assert trace.passed == fact.passed and [s.action for s in trace.steps] == fact.actions
             assert trace.steps, trace.key
             assert [s.fatal for s in trace.steps] == [False] * (len(trace.steps) - 1) + [fact.env_failure]
-            shown = []
+            shown: list[EnvObservation] = []
             for s in trace.steps:
                 msg = await conn.log.js.get_msg(TRACE.name, seq=s.anchor.seq)
                 record = OpenedMessage(attempt_subject(msg.subject or ""), s.anchor.seq, msg.headers,
@@ -473,19 +472,21 @@ GUARDED = (*sorted((ROOT / "hx" / "aegis" / "induction").glob("*.py")),
            ROOT / "hx" / "processors" / "rule_program.py", ROOT / "hx" / "processors" / "_rule_view.py")
 """The code that learns rules and runs them: what it knows of any game is a generality bug."""
 
-ENGLISH = frozenset("""
-a about above after all also an and are as at be been by can do does each first for found from has have if in into
-is it its may more most next not of on once one or same some than that the their them then there this to two until
-up was what when whether which will with without your
-actions check completed environment exactly game item longest move part place point read repeat require says
-search state task turn unknown use
-""".split())
+ENGLISH = frozenset((
+    "a", "about", "above", "after", "all", "also", "an", "and", "are", "as", "at", "be", "been", "by", "can",
+    "do", "does", "each", "first", "for", "found", "from", "has", "have", "if", "in", "into", "is", "it", "its",
+    "may", "more", "most", "next", "not", "of", "on", "once", "one", "or", "same", "some", "than", "that",
+    "the", "their", "them", "then", "there", "this", "to", "two", "until", "up", "was", "what", "when",
+    "whether", "which", "will", "with", "without", "your",
+    "actions", "check", "completed", "environment", "exactly", "game", "item", "longest", "move", "part",
+    "place", "point", "read", "repeat", "require", "says", "search", "state", "task", "turn", "unknown", "use",
+))
 """Words some task description has that the guarded code also uses, in their everyday sense (``read``, ``says``,
 ``repeat``, ``require`` and ``state`` name the rule language's own texts, conditions and effects; ``longest`` and
 ``unknown`` are halves of ``zip_longest`` and ``forbid_unknown_fields``). Words of a game's own vocabulary
 (``box``, ``take``, ``put``, its objects and places) are never here."""
 
-_IDENTIFIER_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\\d+")
+_IDENTIFIER_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
 def code_words(text: str) -> set[str]:
