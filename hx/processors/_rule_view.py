@@ -7,7 +7,7 @@ a rule means on the ledger exactly what it does in the harness.
 
 Words are lower-case runs of letters and digits. The *content* of an action is its words
 after the pattern's leading words, without the function words in ``FUNCTION_WORDS``
-(``put 45 olives in box`` names ``45``, ``olives`` and ``box`` after ``put``).
+(``press 45 levers on panel`` names ``45``, ``levers`` and ``panel`` after ``press``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def content(action: str, starts: str = "") -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1 << 16)
 def number_in(action: str) -> float | None:
-    """The least number an action names (``put 45 olives in box``: 45), or None."""
+    """The least number an action names (``press 45 levers on panel``: 45), or None."""
     found = [float(n) for n in _NUMBER.findall(action)]
     return min(found) if found else None
 

@@ -21,7 +21,7 @@ from hx.aegis.meta import MetaAgent
 from hx.aegis.settings import EvolveSettings
 from hx.aegis.state import RunState
 from hx.runtime.code import CodeStore
-from schemas.edits import Anchor, AnyEditOp, CodeAsset, Manifest
+from schemas.edits import AddRule, Anchor, AnyEditOp, CodeAsset, Manifest
 from schemas.landscape import Landscape, TaskDigest
 
 
@@ -66,14 +66,21 @@ Standing = Literal["new", "stale", "judged"]
 under the model in force."""
 
 
+def acting(operations: tuple[AnyEditOp, ...]) -> tuple[AnyEditOp, ...]:
+    """The operations as they change a harness: a rule addition without the support it was learnt from."""
+    # A later round's attempts count the same rule anew; what was judged is the rule, not the count.
+    return tuple(msgspec.structs.replace(op, support=None) if isinstance(op, AddRule) else op for op in operations)
+
+
 def standing(context: Context, variant: str, operations: tuple[AnyEditOp, ...]) -> Standing:
     """Whether these operations were already judged on the variant's current harness, and under which model."""
     # A verdict holds for the (harness, model) pair it judged: once co-evolution's learner has moved the policy,
     # an edit that lost solved tasks under the old one may keep them under the new, so it may be judged again.
     state = context.state
     base = state.variants[variant].harness.digest
+    asked = acting(operations)
     rounds = [c.proposal.round for c in state.candidates.values() if c.proposal.variant == variant
-              and c.proposal.base_digest == base and c.proposal.operations == operations]
+              and c.proposal.base_digest == base and acting(c.proposal.operations) == asked]
     if not rounds:
         return "new"
     return "judged" if max(rounds) >= state.model_since else "stale"

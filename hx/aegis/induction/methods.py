@@ -1,7 +1,7 @@
 """The induction methods: each reads the indexed attempts and returns the rules its evidence supports.
 
 Candidate patterns come from the recorded actions only: an action's leading word, optionally
-with its last word (``put … box``), optionally qualified by whether what it names appears in
+with its last word (``press … panel``), optionally qualified by whether what it names appears in
 some text the attempt read (the task, the last observation, what one kind of action showed).
 Each method scores every candidate over every recorded step with the interpreter's semantics:
 

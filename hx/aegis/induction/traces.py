@@ -36,7 +36,7 @@ class Step:
     anchor: Anchor
     enabled: bool = False
     """A later action of the attempt that raised the score names everything this one names (under another
-    verb): ``take 27g of steel`` before a rising ``put 27g of steel in box``. Set by ``credit``."""
+    verb): ``pull 3 levers`` before a rising ``press 3 levers on panel``. Set by ``credit``."""
 
     @property
     def useful(self) -> bool:
