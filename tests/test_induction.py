@@ -168,13 +168,13 @@ def test_order_least_prefers_the_least_numbered_action_when_that_is_the_one_that
 
 def test_a_fatal_action_that_rose_only_after_another_kind_requires_that_kind_first() -> None:
     """Pulling the lever failed when nothing was pressed and raised the score after a press: require a press
-    before a pull (the plain avoid is refused: the pulls that rose speak against it)."""
+    before a pull (the plain avoid of every pull is refused: the pulls that rose speak against it)."""
     corpus = Corpus([falls(t) for t in "abc"] + [opens(t, first="press button") for t in "def"])
     [found] = precedence(corpus, InductionSettings())
     assert found.rule == Rule(do=RequireBefore(first=Pattern(starts="press"), then=Pattern(starts="pull")))
     assert (found.support.method, found.support.tasks, found.support.against) == ("precedence", 3, 0)
     assert found.tasks == ("a", "b", "c")
-    assert fatal(corpus, InductionSettings()) == []
+    assert avoid(starts="pull") not in rules(fatal(corpus, InductionSettings()))
 
 
 def dull(task: str) -> AttemptTrace:
