@@ -1,9 +1,10 @@
-"""The induced evolver and ``offline+induced`` on a real ``hx evolve`` run: rule candidates on the ledger with their
-support and evidence, both evolvers in one round, no round without a candidate while rules are left to try, no rule
-judged twice on one harness, and a rule suspected of a regression proposed for dropping.
+"""The induction's traces and the induced evolvers on real ``hx evolve`` runs: ``read_traces`` against the log of a
+small run; then, on a run of ``offline+induced``, rule candidates on the ledger with their support and evidence,
+both evolvers in one round, no round without a candidate while rules are left to try, no rule judged twice on one
+harness, and a rule suspected of a regression proposed for dropping.
 
-The run (two TextWorldExpress games where the catalog evolver has nothing to offer, random agent) is made once;
-the unit-level tests read its trace through ``Evidence`` and build the run state around it with ``LedgerRun``.
+Each run is made once per module; the unit-level tests read its trace through ``Evidence`` and build the run state
+around it with ``LedgerRun``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import msgspec
 import pytest
 from hx_cli import hx, ok
 from ledger_run import LedgerRun, attach
+from textworld_express import TextWorldExpressEnv
 
+from hx.aegis.errors import HeldoutAccess
 from hx.aegis.evidence import Evidence
 from hx.aegis.evolvers.base import Context, Proposal
 from hx.aegis.evolvers.composite import CatalogAndInduced
@@ -27,18 +30,21 @@ from hx.aegis.induction import InductionSettings, induce, read_traces
 from hx.aegis.ledger import read_records
 from hx.aegis.planner import plan
 from hx.aegis.state import RunState
+from hx.environments.twx import GAME_OPTIONS
 from hx.harness.edits import apply, program_of
 from hx.harnesses import starter_harness
 from hx.replay.anchors import AnchorResolver
 from schemas.edits import RULE_GROUP, AddRule, Attach, DropRule
+from schemas.envelope import OpenedMessage
 from schemas.landscape import Landscape, Regression, TaskDigest
-from schemas.ledger import CandidateProposed, LedgerEvent, RoundDecided, RoundDigested
+from schemas.ledger import CandidateProposed, HeldoutScored, LedgerEvent, RoundDecided, RoundDigested
 from schemas.rules import Rule, sentence
 from schemas.tools import EnvObservation
+from streams.channels import attempt_subject
 from streams.config import NatsSettings
 from streams.connection import connect
 from streams.server import NatsProcess
-from streams.topology import TraceAddress
+from streams.topology import TRACE, TraceAddress
 
 RUN = "induced-run"
 UNTRIED = re.compile(r"induced: (\d+) rule\(s\) from (\d+) attempt\(s\); (\d+) untried rule candidate\(s\) left")
@@ -114,7 +120,100 @@ def untried(notes: list[str]) -> int:
     return int(match.group(3))
 
 
-# --- the ledger of the real run ---------------------------------------------------------------------
+# --- read_traces on a small real run ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SmallRun:
+    """A small real ``hx evolve`` run on its own nats-server."""
+
+    url: str
+    run_id: str
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SmallRun]:
+    """One round of the induced evolver on three arithmetic tasks, random agent (the tests only read it)."""
+    root = tmp_path_factory.mktemp("induction-run")
+    server = NatsProcess(root / "nats")
+    server.start(detach=False)
+    try:
+        ok(hx("--nats-url", server.url, "--data-dir", str(root / "data"), "evolve", "--bench", "twx:arithmetic",
+              "--tasks", "3", "--heldout-tasks", "1", "--heldout-split", "train", "--rounds", "1", "--max-steps",
+              "15", "--evolver", "induced", "--run-id", "induction-traces"))
+        yield SmallRun(server.url, "induction-traces")
+    finally:
+        server.stop()
+
+
+def task_description(task: str) -> str:
+    """What a real TextWorldExpress environment says the task ``twx:<game>:dev:<n>`` is."""
+    _, game, split, n = task.split(":")
+    env = TextWorldExpressEnv(envStepLimit=100)
+    try:
+        env.load(game, ",".join(f"{k}={v}" for k, v in GAME_OPTIONS[game].items()))
+        _, info = env.reset(seed=10000 + int(n), gameFold=split)
+        return str(info["taskDescription"])
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+async def test_read_traces_gives_every_adaptation_attempt_as_the_log_recorded_it(small_run: SmallRun) -> None:
+    """Every attempt of the round's adaptation trace, each step's action, observation, offer and verdict as its
+    ``env.observation`` event says, its anchor pointing at that event, and the task's text from step 0."""
+    async with connect(NatsSettings(url=small_run.url)) as conn:
+        records = await read_records(conn, small_run.run_id)
+        assert records is not None
+        [digested] = [r for r in records if isinstance(r, RoundDigested)]
+        rounds = list(digested.trace_rounds)
+        evidence = Evidence(conn.log, small_run.run_id)
+        traces = await read_traces(evidence, rounds)
+        facts = {(f.trace_round, f.task, f.attempt): f for f in await evidence.attempts(rounds)}
+        assert sorted(t.key for t in traces) == sorted(facts) and len(traces) == 3 * 2
+
+        descriptions = {task: task_description(task) for task in {t.task for t in traces}}
+        for trace in traces:
+            fact = facts[trace.key]
+            assert trace.instruction == descriptions[trace.task] and trace.opening
+            assert trace.passed == fact.passed and [s.action for s in trace.steps] == fact.actions
+            assert trace.steps, trace.key
+            assert [s.fatal for s in trace.steps] == [False] * (len(trace.steps) - 1) + [fact.env_failure]
+            shown: list[EnvObservation] = []
+            for s in trace.steps:
+                msg = await conn.log.js.get_msg(TRACE.name, seq=s.anchor.seq)
+                record = OpenedMessage(attempt_subject(msg.subject or ""), s.anchor.seq, msg.headers,
+                                       msg.data or b"").record(s.anchor.index)
+                event = record.event
+                assert isinstance(event, EnvObservation), record.type
+                address = TraceAddress.parse(record.subject)
+                assert (address.round, address.task, address.attempt) == trace.key
+                assert (event.info["action"], event.observation) == (s.action, s.observation)
+                assert s.anchor.note == f"step {event.step}" and event.step == len(shown) + 1
+                assert s.fatal == event.failure and s.rose == (event.score > (shown[-1].score if shown else 0.0)
+                                                                or event.success)
+                if shown:
+                    assert s.offered == shown[-1].valid_actions  # what was on offer when the action was chosen
+                shown.append(event)
+
+
+@pytest.mark.slow
+async def test_read_traces_refuses_a_heldout_round(small_run: SmallRun) -> None:
+    """A held-out trace round, alone or among adaptation rounds, raises ``HeldoutAccess`` and reads nothing."""
+    async with connect(NatsSettings(url=small_run.url)) as conn:
+        records = await read_records(conn, small_run.run_id)
+        assert records is not None
+        heldout = [r.trace_round for r in records if isinstance(r, HeldoutScored)]
+        [adaptation] = [r.trace_rounds for r in records if isinstance(r, RoundDigested)]
+        evidence = Evidence(conn.log, small_run.run_id)
+        assert heldout
+        for asked in ([heldout[0]], [*adaptation, heldout[-1]]):
+            with pytest.raises(HeldoutAccess, match="is a heldout round"):
+                await read_traces(evidence, asked)
+        assert await read_traces(evidence, []) == []
+
+
+# --- the ledger of the offline+induced run ------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -193,7 +292,7 @@ async def test_both_evolvers_propose_in_one_round_taking_turns(evolved: Evolved)
         both = await composite.propose(context, 4)
         assert [p.operations for p in both] == [p.operations for p in (catalog[0], induced[0], catalog[1], induced[1])]
         assert any(isinstance(op, Attach) for p in both for op in p.operations) and rules_of(both)
-        assert untried(composite.notes) >= 0 and len(composite.notes) >= 1
+        assert [n for n in composite.notes if UNTRIED.search(n)], composite.notes  # the induced evolver's say
 
 
 @pytest.mark.slow
