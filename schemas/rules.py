@@ -20,9 +20,9 @@ Compatibility: ``LANGUAGE`` is the newest version of this vocabulary this hx rea
 raises ``LANGUAGE``, and a rule using that kind states the version (so it is written out and an
 older hx refuses the rule in one line instead of misreading it).
 
->>> rule = Rule(do=Avoid(what=Pattern(starts="eat", not_named_in=TaskText())))
+>>> rule = Rule(do=Avoid(what=Pattern(starts="press", not_named_in=TaskText())))
 >>> sentence(rule)
-'avoid `eat …` that names something not in the task'
+'avoid `press …` that names something not in the task'
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Pattern(Payload, frozen=True, kw_only=True, omit_defaults=True):
     """A set of actions: all four constraints hold (an empty pattern is every action)."""
 
     starts: str = ""
-    """The action's leading words (lower case, whole words): ``"cook"``, ``"move north"``."""
+    """The action's leading words (lower case, whole words): ``"press"``, ``"turn left"``."""
     mentions: tuple[str, ...] = ()
     """Words the action contains, each whole (lower case)."""
     named_in: AnyText | None = None
@@ -209,7 +209,7 @@ def text_phrase(text: AnyText) -> str:
 
 
 def pattern_phrase(pattern: Pattern) -> str:
-    """The actions of a pattern as a short template: ``cook … stove``."""
+    """The actions of a pattern as a short template: ``press … lever``."""
     words = [pattern.starts] if pattern.starts else []
     return " ".join([*words, "…", *pattern.mentions]).strip()
 

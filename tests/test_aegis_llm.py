@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -300,10 +301,11 @@ async def test_revise_asks_once_and_every_call_is_on_the_log(conn: Connection, m
 
 
 def test_the_registry_names_the_evolvers() -> None:
-    assert EVOLVERS.names() == ("frozen", "llm", "offline")
+    assert EVOLVERS.names() == ("frozen", "induced", "llm", "offline", "offline+induced")
     assert make_evolver("offline", meta=None, store=None).name == "offline"
     assert make_evolver("frozen", meta=None, store=None).name == "frozen"
-    with pytest.raises(EvolverError, match="unknown evolver 'x'; known: frozen, llm, offline"):
+    known = "frozen, induced, llm, offline, offline+induced"
+    with pytest.raises(EvolverError, match=re.escape(f"unknown evolver 'x'; known: {known}")):
         make_evolver("x", meta=None, store=None)
     with pytest.raises(EvolverError, match="the llm evolver needs --meta-model"):
         make_evolver("llm", meta=None, store=None)

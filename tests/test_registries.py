@@ -68,7 +68,8 @@ def test_every_declared_provider_is_a_provider_class_under_its_scheme() -> None:
 
 
 def test_every_declared_evolver_is_an_evolver_class_under_its_name() -> None:
-    assert declared("hx.evolvers") == list(EVOLVERS.names()) == ["frozen", "llm", "offline"]
+    assert declared("hx.evolvers") == list(EVOLVERS.names()) == [
+        "frozen", "induced", "llm", "offline", "offline+induced"]
     for name in declared("hx.evolvers"):
         cls = EVOLVERS.load(name)
         assert isinstance(cls, type) and issubclass(cls, Evolver) and cls.name == name

@@ -9,7 +9,7 @@ subclass (its ``build`` takes what the command has) and one entry-point line.
 >>> make_evolver("x", meta=None, store=None)
 Traceback (most recent call last):
 ...
-hx.aegis.errors.EvolverError: unknown evolver 'x'; known: frozen, llm, offline
+hx.aegis.errors.EvolverError: unknown evolver 'x'; known: frozen, induced, llm, offline, offline+induced
 """
 
 from __future__ import annotations

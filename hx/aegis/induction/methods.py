@@ -270,6 +270,7 @@ class _Preferences:
         self.base, self.rows, self.s = base, rows, s
         self.found: dict[Order, tuple[float, Induced]] = {}
         self.plain: dict[Order, float] = {}
+        self.unordered: dict[Pattern, float] = {}
 
     def judge(self, pattern: Pattern, order: Order) -> None:
         """Weigh preferring ``pattern`` (in ``order``); keep it when it is the best so far."""
@@ -282,6 +283,11 @@ class _Preferences:
         # Occam: a qualifier must earn its place, lifting clearly more than the plain pattern does.
         elif lift <= self.plain.get(order, 0.0) * QUALIFIER_GAIN:
             return
+        if order:  # and so must an order, over the same pattern unordered
+            if lift <= self.unordered.get(pattern, 0.0) * QUALIFIER_GAIN:
+                return
+        else:
+            self.unordered[pattern] = lift
         if order not in self.found or lift > self.found[order][0]:
             tasks = _failing_tasks(diverged)
             self.found[order] = lift, Induced(Rule(do=Prefer(what=pattern, order=order)),
