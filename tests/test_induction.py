@@ -24,7 +24,6 @@ from hx.aegis.induction import induce
 from hx.aegis.induction.index import Corpus, Indexed, head
 from hx.aegis.induction.methods import (
     Induced,
-    InductionSettings,
     bases,
     fatal,
     precedence,
@@ -33,6 +32,7 @@ from hx.aegis.induction.methods import (
     rising,
 )
 from hx.aegis.induction.traces import AttemptTrace, Step, credit
+from hx.aegis.settings import InductionSettings
 from hx.environments.twx import GAME_OPTIONS
 from hx.processors._rule_view import AttemptView, matches
 from hx.processors.rule_program import narrow

@@ -138,6 +138,8 @@ def _sample(info: msgspec.inspect.Type, depth: int = 0) -> Any:
         return info.values[-1]
     if isinstance(info, ins.UnionType):
         members = [t for t in info.types if not isinstance(t, ins.NoneType)]
+        if depth > 8 and len(members) < len(info.types):
+            return None  # a recursive type (a rule's pattern names a text that names a pattern) ends here
         return _sample(members[-1], depth)
     if isinstance(info, ins.BoolType):
         return True

@@ -35,8 +35,9 @@ from schemas.envelope import Record
 from schemas.messages import ToolCall
 from schemas.tools import EnvObservation, ToolInvoked
 
-BOOKKEEPING = frozenset({"action", "invalid", "moves"})
-"""``EnvObservation.info`` keys an adapter adds about the call itself, not about the world's state."""
+BOOKKEEPING = frozenset({"action", "invalid", "moves", "task"})
+"""``EnvObservation.info`` keys an adapter adds about the call itself, not about the world's state (``task``: the
+instruction, on the opening observation only)."""
 
 
 @dataclass(frozen=True)
