@@ -85,7 +85,9 @@ def _boschloo(c: int, nc: int, b: int, nb: int) -> float:
     root = logging.getLogger()
     root.addFilter(_scipy_chatter)  # scipy's exact tests log their search bounds at INFO on the root logger
     try:
-        return float(boschloo_exact([[c, nc - c], [b, nb - b]], alternative="less").pvalue)
+        # scipy's columns are the two independent samples (passes over fails): the candidate's, then the base's;
+        # "less" is the alternative that the first column's pass rate is below the second's
+        return float(boschloo_exact([[c, b], [nc - c, nb - b]], alternative="less").pvalue)
     finally:
         root.removeFilter(_scipy_chatter)
 
