@@ -89,14 +89,20 @@ def _difference(spec: ExperimentSpec, base: Outcomes, cand: Outcomes) -> tuple[I
 def _arms(spec: ExperimentSpec, outputs: Mapping[Unit, AttemptOutput]) -> dict[str, dict[str, Outcomes]]:
     """Arm name (a cell, or in a factorial ``factor=level``) -> variable -> task -> its values: one per replication,
     or with several procedure seeds one per seed (its replications' mean); ``pass_at_k`` one per product (1 when
-    any of its k attempts passed)."""
+    any of its k attempts passed).
+
+    A factorial's marginal arm (``factor=level``) holds the units of several cells: its ``pass_at_k`` is each
+    cell's pass@k, never the best of attempts from different cells (that would be pass@(k x cells)): one value
+    per cell, or with procedure seeds per seed the mean over the cells of that seed's products.
+    """
     seeds = max(1, len(spec.procedure_seeds))
-    raw: dict[str, dict[str, dict[str, list[tuple[int, float]]]]] = {}
+    raw: dict[str, dict[str, dict[str, list[tuple[int, int, float]]]]] = {}
 
     def add(name: str, unit: Unit, output: AttemptOutput) -> None:
         arm = raw.setdefault(name, {v: {} for v in spec.response_variables})
         for variable in spec.response_variables:
-            arm[variable].setdefault(unit.task, []).append((unit.replication % seeds, value(output, variable)))
+            arm[variable].setdefault(unit.task, []).append(
+                (unit.cell.index, unit.replication % seeds, value(output, variable)))
 
     # units in (task, cell, replication) order, whatever order they ran in: the bootstrap sees the same arrays
     for unit in sorted(outputs, key=lambda u: (u.task, u.cell.index, u.replication)):
@@ -105,11 +111,20 @@ def _arms(spec: ExperimentSpec, outputs: Mapping[Unit, AttemptOutput]) -> dict[s
             for factor, level in unit.cell.levels:
                 add(f"{factor}={level}", unit, outputs[unit])
 
-    def fold(variable: str, values: list[tuple[int, float]]) -> list[float]:
-        if variable != "pass_at_k" and seeds == 1:
-            return [v for _, v in values]
-        per = [[v for s, v in values if s == seed] for seed in range(seeds)]
-        return [max(vs) if variable == "pass_at_k" else sum(vs) / len(vs) for vs in per if vs]
+    def fold(variable: str, values: list[tuple[int, int, float]]) -> list[float]:
+        if variable != "pass_at_k":
+            if seeds == 1:
+                return [v for _, _, v in values]
+            per = [[v for _, s, v in values if s == seed] for seed in range(seeds)]
+            return [sum(vs) / len(vs) for vs in per if vs]
+        products: dict[tuple[int, int], float] = {}  # (cell, seed) -> pass@k of that product
+        for cell, seed, v in values:
+            products[cell, seed] = max(products.get((cell, seed), 0.0), v)
+        cells = sorted({cell for cell, _ in products})
+        if seeds == 1:
+            return [products[cell, 0] for cell in cells]
+        per = [[products[cell, seed] for cell in cells if (cell, seed) in products] for seed in range(seeds)]
+        return [sum(vs) / len(vs) for vs in per if vs]
 
     return {name: {variable: {task: fold(variable, values) for task, values in tasks.items()}
                    for variable, tasks in variables.items()} for name, variables in raw.items()}
