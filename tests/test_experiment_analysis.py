@@ -81,3 +81,17 @@ def test_with_procedure_seeds_a_marginal_arms_pass_at_k_is_per_seed_the_mean_ove
     assert pass_at_k(done, "notes=off,harness=base") == pytest.approx(0.5)
     assert pass_at_k(done, "notes=off") == pytest.approx(0.5)
     assert pass_at_k(done, "notes=on") == 1.0 and pass_at_k(done, "harness=base") == pytest.approx(0.75)
+
+
+def test_a_seeded_mean_or_interaction_without_its_interval_is_a_note_not_a_crash() -> None:
+    """A task short of one seed's units in one cell: that cell's mean, its marginal arms' means and the interaction
+    have no crossed interval; they are named in the detail, and every other figure is concluded."""
+    spec = factorial(HARNESS, replications=4, procedure_seeds=[3, 4])
+    short = "notes=on,harness=evolved"
+    done = concluded(spec, lambda u: u.replication % 2 == 0,
+                     keep=lambda u: not (u.cell.name == short and u.task == TASKS[0] and u.replication % 2 == 1))
+    levels = {s.level for s in done.levels}
+    assert short not in levels and "notes=off,harness=base" in levels and "notes=off" in levels
+    assert f"pass_at_k mean at {short}: every arm needs one value per task and seed" in done.detail
+    assert "pass_at_k interaction notes x harness: every arm needs one value per task and seed" in done.detail
+    assert done.interactions == ()

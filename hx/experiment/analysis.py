@@ -200,13 +200,17 @@ def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit,
     arms = _arms(spec, outputs)
     games = _games(spec)
     levels: list[LevelSummary] = []
+    notes: list[str] = []
     for name, variables in arms.items():
         for variable, outcomes in variables.items():
             for label, part in [(variable, outcomes), *((f"{variable} {g}", _of_game(outcomes, g)) for g in games)]:
-                levels.append(LevelSummary(variable=label, level=name, n=sum(map(len, part.values())),
-                                           mean=_mean(spec, variable, part)))
+                try:
+                    mean = _mean(spec, variable, part)
+                except IntervalError as exc:  # e.g. a task short of a seed's units: named, the rest concluded
+                    notes.append(f"{label} mean at {name}: {exc}")
+                    continue
+                levels.append(LevelSummary(variable=label, level=name, n=sum(map(len, part.values())), mean=mean))
     effects: list[EffectSummary] = []
-    notes: list[str] = []
     for factor in spec.factors:
         def arm(level: str, factor_name: str = factor.name) -> str:
             return level if len(spec.factors) == 1 else f"{factor_name}={level}"
@@ -227,7 +231,7 @@ def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit,
                     effects.append(EffectSummary(variable=label, factor=factor.name, level=level,
                                                  reference=reference, difference=bounds(difference),
                                                  effect_size=bounds(size), verdict=keep_rule(difference).value))
-    interactions = _interactions(spec, cells, arms)
+    interactions = _interactions(spec, cells, arms, notes)
     verdict, detail = evaluate(parse(spec.falsified_if), Conclusion(spec, levels, effects))
     falsified: Falsification = "undecided" if verdict is None else "falsified" if verdict else "not_falsified"
     if notes:
@@ -237,9 +241,10 @@ def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit,
                                detail=detail)
 
 
-def _interactions(spec: ExperimentSpec, cells: Sequence[Cell],
-                  arms: Mapping[str, Mapping[str, Outcomes]]) -> list[InteractionSummary]:
-    """A 2 x 2 factorial's interaction, and each of the spec's named ``interactions`` (a0b0, a1b0, a0b1, a1b1)."""
+def _interactions(spec: ExperimentSpec, cells: Sequence[Cell], arms: Mapping[str, Mapping[str, Outcomes]],
+                  notes: list[str]) -> list[InteractionSummary]:
+    """A 2 x 2 factorial's interaction, and each of the spec's named ``interactions`` (a0b0, a1b0, a0b1, a1b1);
+    one whose interval cannot be had is named in ``notes`` instead."""
     out: list[InteractionSummary] = []
     quads: list[tuple[tuple[str, str], list[str], list[float]]] = []
     if len(spec.factors) == 2 and all(len(f.levels) == 2 for f in spec.factors):
@@ -255,7 +260,11 @@ def _interactions(spec: ExperimentSpec, cells: Sequence[Cell],
             if not all(tables):
                 continue
             present = [t for t in tables if t]
-            interaction = (crossed_contrast(present, weights, seed=spec.seed) if _seeded(spec)
-                           else contrast(present, weights, seed=spec.seed))
+            try:
+                interaction = (crossed_contrast(present, weights, seed=spec.seed) if _seeded(spec)
+                               else contrast(present, weights, seed=spec.seed))
+            except IntervalError as exc:
+                notes.append(f"{variable} interaction {' x '.join(factors)}: {exc}")
+                continue
             out.append(InteractionSummary(variable=variable, factors=factors, contrast=bounds(interaction)))
     return out
