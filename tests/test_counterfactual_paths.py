@@ -19,7 +19,7 @@ import pytest
 
 import hx.environments  # noqa: F401 - registers twx
 import hx.harness.processor as processor_module
-from hx.aegis.counterfactual import decide
+from hx.aegis.counterfactual import Paths, Replayed, decide
 from hx.aegis.digester import digest_round
 from hx.aegis.evidence import Evidence
 from hx.aegis.gate import Forbidden, judge
@@ -238,3 +238,14 @@ def test_only_a_rise_in_score_makes_a_goal_action() -> None:
         ("take knife", "score 0 -> 1", True), ("eat knife", "state changed", False),
         ("cook meal", "score 0.5 -> 2", True)]
     assert [w.action for w in corroborated([winning])[0]] == ["take knife", "cook meal"]
+
+
+def test_an_attempt_with_no_winning_action_is_no_path_kept_open() -> None:
+    """A passing attempt whose trace shows no winning action (no observations) had no path to keep: counted apart."""
+    replayed = [Replayed("twx:coin:dev:0#0", "diverged", "step 1 before_model", Paths(winning=3)),
+                Replayed("twx:coin:dev:1#0", "diverged", "step 1 before_model", Paths()),
+                Replayed("twx:coin:dev:2#1", "same", "every hook returned what it did before", Paths())]
+    passed, detail = decide(replayed)
+    assert passed
+    assert detail == ("3 attempts replayed: 1 paths kept open, 0 closed, 2 no winning action recorded; "
+                      "1 unchanged, 2 diverge")
