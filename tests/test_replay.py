@@ -36,9 +36,9 @@ from hx.runtime.tracer import LogWriter
 from projections.ledger import RunLedger
 from schemas.edits import Reparam
 from schemas.envelope import EncodedEvent, Record, encoded
+from schemas.event import Event
 from schemas.history import resolve
 from schemas.hooks import HookRecord, StepStart, TaskStart
-from schemas.event import Event
 from schemas.lifecycle import AttemptFinished, RoundStarted, RunStarted
 from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema, Usage
 from schemas.model import ModelError, ModelResponse
