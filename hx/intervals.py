@@ -329,10 +329,10 @@ def crossed_contrast(arms: Sequence[Mapping[str, Sequence[float]]], weights: Seq
     tasks = sorted(set.intersection(*(set(arm) for arm in arms)))
     if not tasks:
         raise IntervalError("the arms share no task")
-    tables = [np.asarray([list(arm[t]) for t in tasks], dtype=float) for arm in arms]
-    shapes = {table.shape for table in tables}
-    if len(shapes) != 1 or 0 in next(iter(shapes)):
+    widths = {len(arm[t]) for arm in arms for t in tasks}
+    if len(widths) != 1 or 0 in widths:  # a task short of a seed's value in some arm makes no table
         raise IntervalError("every arm needs one value per task and seed, the same seeds for every task")
+    tables = [np.asarray([list(arm[t]) for t in tasks], dtype=float) for arm in arms]
     table = sum(float(w) * t for w, t in zip(weights, tables, strict=True))
     assert isinstance(table, np.ndarray)
     n_tasks, n_seeds = table.shape

@@ -19,7 +19,7 @@ import pytest
 
 import hx.environments  # noqa: F401 - registers twx
 import hx.harness.processor as processor_module
-from hx.aegis.counterfactual import decide
+from hx.aegis.counterfactual import Paths, Replayed, decide
 from hx.aegis.digester import digest_round
 from hx.aegis.evidence import Evidence
 from hx.aegis.gate import Forbidden, judge
@@ -214,3 +214,38 @@ def test_a_change_of_state_wins_only_when_another_passing_attempt_made_the_same_
     assert [w.action for w in kept[0]] == ["move east", "take coin"]
     assert [w.action for w in kept[1]] == ["move east", "take coin"]
     assert [w.action for w in corroborated([first])[0]] == ["take coin"]  # alone: its goal only
+
+
+def _attempt(scores: Sequence[tuple[str, float, bool]]) -> list[Record]:
+    """An attempt's records: the first observation, then per (action, score after, success) a call and its result."""
+    def record(i: int, event: EnvObservation | ToolInvoked) -> Record:
+        return Record(seq=i + 1, index=0, subject="hx.trace.r.0.t.0", type=type(event).TYPE, version=1, time_ns=0,
+                      event=event)
+
+    events: list[EnvObservation | ToolInvoked] = [EnvObservation(step=0, observation="start", info={"room": "hall"})]
+    for n, (action, score, success) in enumerate(scores, start=1):
+        events.append(ToolInvoked(step=n, call=ToolCall(id=f"c{n}", name="act", input={"action": action})))
+        events.append(EnvObservation(step=n, observation=action, score=score, success=success, done=success,
+                                     info={"room": "hall", "held": action}))
+    return [record(i, e) for i, e in enumerate(events)]
+
+
+def test_only_a_rise_in_score_makes_a_goal_action() -> None:
+    """A penalty (the score falls) changes the state but scores nothing: no goal, so uncorroborated it is not kept."""
+    winning = winning_steps(_attempt([("take knife", 1.0, False), ("eat knife", 0.5, False),
+                                      ("cook meal", 2.0, True)]))
+    assert [(w.action, w.why, w.goal) for w in winning] == [
+        ("take knife", "score 0 -> 1", True), ("eat knife", "state changed", False),
+        ("cook meal", "score 0.5 -> 2", True)]
+    assert [w.action for w in corroborated([winning])[0]] == ["take knife", "cook meal"]
+
+
+def test_an_attempt_with_no_winning_action_is_no_path_kept_open() -> None:
+    """A passing attempt whose trace shows no winning action (no observations) had no path to keep: counted apart."""
+    replayed = [Replayed("twx:coin:dev:0#0", "diverged", "step 1 before_model", Paths(winning=3)),
+                Replayed("twx:coin:dev:1#0", "diverged", "step 1 before_model", Paths()),
+                Replayed("twx:coin:dev:2#1", "same", "every hook returned what it did before", Paths())]
+    passed, detail = decide(replayed)
+    assert passed
+    assert detail == ("3 attempts replayed: 1 paths kept open, 0 closed, 2 no winning action recorded; "
+                      "1 unchanged, 2 diverge")

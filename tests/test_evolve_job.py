@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 import toyworld  # also registers the toy benchmark with the in-process command
-from hx_cli import hx
+from hx_cli import hx, ok
 from ledger_forger import ledger_of
 
 from hx.aegis.job import EvolveJob, EvolveRequest, TaskChoice
@@ -24,8 +24,10 @@ from hx.aegis.session import new_job, recorded_job
 from hx.aegis.settings import EvolveSettings, GateSettings
 from hx.environments.rollout import RolloutSettings
 from hx.environments.splits import Splits
+from hx.gate.sequential import SequentialRule
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
+from hx.replay.ledger_checks import gate_rule
 from schemas.job import ROLLOUT_FIELDS
 from schemas.ledger import LedgerOpened
 from streams.config import NatsSettings
@@ -128,3 +130,18 @@ def test_a_ledger_opened_flat_resumes_and_verifies(nats_url: str, tmp_path: Path
     assert report["rounds"][0]["rollouts"] == 3 * len(flat["adaptation"])  # attempts=3 per task
     verify = hx(*base, "audit", "verify", "pre34-flat")
     assert verify.exit_code == 0, (verify.output, verify.exception)
+
+
+def test_a_new_job_records_the_sequential_rules_numbers_even_at_their_defaults(nats_url: str,
+                                                                                tmp_path: Path) -> None:
+    """``hx evolve`` at the defaults: its ``LedgerOpened`` holds the gate's drop, alpha and waves, so the audit reads
+    what the gate ran with, not a later hx's defaults; a retry job records no numbers it does not use."""
+    ok(hx("--nats-url", nats_url, "--data-dir", str(tmp_path), "evolve", "--bench", "toyworld:rooms", "--tasks", "2",
+          "--heldout-tasks", "1", "--rounds", "1", "--max-steps", "8", "--run-id", "gate-numbers"))
+    ledger = asyncio.run(ledger_of(nats_url, "gate-numbers"))
+    assert ledger.opened is not None
+    assert ledger.opened.settings["loop"]["gate"] == {"seesaw": "sequential", "drop": 0.25, "alpha": 0.05, "waves": 3}
+    assert gate_rule(ledger) == SequentialRule(0.25, 0.05, 3)
+    assert GateSettings.of("off", seesaw="retry").recorded() == {}
+    assert GateSettings.of("keep", drop=0.5).recorded() == {"seesaw": "sequential", "drop": 0.5, "alpha": 0.05,
+                                                            "waves": 3, "interval": "keep"}

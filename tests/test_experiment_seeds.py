@@ -7,6 +7,7 @@ the crossed bootstrap and the claim registry are checked on their own too.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,30 @@ def test_a_claim_may_not_reuse_another_claims_test_tasks(tmp_path: Path, nats_ur
     with pytest.raises(SpecRejected, match=r"twx:coin:test:150 already used by figures before pre-registration"):
         check_claim(spent, None, registry)
     # the first claim's own file, and a copy of it elsewhere (a bench's data directory), are no conflict
-    check_claim(parse_spec(claim(["twx:coin:test:200"], "first")), registry / "first.yaml", registry)
-    copy = write(tmp_path, claim(["twx:coin:test:200"], "first"), "copy.yaml")
-    check_claim(parse_spec(claim(["twx:coin:test:200"], "first")), copy, registry)
+    second.unlink()  # (the rejected second claim is no committed spec)
+    first = claim(["twx:coin:test:200", "twx:coin:test:201"], "first")
+    check_claim(parse_spec(first), registry / "first.yaml", registry)
+    copy = write(tmp_path, first, "copy.yaml")
+    check_claim(parse_spec(first), copy, registry)
     # a spec that claims nothing, or plays no test task, is not checked
     check_claim(parse_spec({**SPEC, "tasks": ["twx:coin:test:201"]}), None, registry)
+
+
+def test_only_the_same_spec_shares_a_claims_test_tasks(tmp_path: Path) -> None:
+    """A registry spec is exempt from the check only when its spec digest is this spec's: another spec under the
+    same claim name is another claim; two different registry specs under one claim name are an error naming both."""
+    registry = tmp_path / "specs"
+    registry.mkdir()
+    first = claim(["twx:coin:test:200", "twx:coin:test:201"], "first")
+    write(registry, first, "first.yaml")
+    edited = write(tmp_path, {**first, "seed": 6, "tasks": ["twx:coin:test:201", "twx:coin:test:202"]}, "edited.yaml")
+    with pytest.raises(SpecRejected, match=r"^" + re.escape(
+            f"{edited}: tasks: twx:coin:test:201 already used by claim 'first' (first.yaml under this claim's name, "
+            "a different spec); a test task judges one claim once") + "$"):
+        check_claim(parse_spec({**first, "seed": 6, "tasks": ["twx:coin:test:201", "twx:coin:test:202"]}), edited,
+                    registry)
+    write(registry, {**first, "seed": 6}, "second.yaml")
+    with pytest.raises(SpecRejected, match=r"^" + re.escape(
+            f"{registry}: claim 'first' is registered by two different specs, first.yaml and second.yaml; a claim "
+            "is one spec") + "$"):
+        check_claim(parse_spec(first), registry / "first.yaml", registry)

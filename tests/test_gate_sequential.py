@@ -19,7 +19,7 @@ from test_gate_interval import decisions, ledger_of
 
 from hx.aegis.settings import GateSettings
 from hx.gate.rule import CHECKS, Fresh, Verdict, seesaw
-from hx.gate.sequential import SequentialRule, Tries, decide, operating_characteristic
+from hx.gate.sequential import SequentialRule, Tries, decide, operating_characteristic, trailing_p
 from hx.harness.processor import processor_type
 from hx.replay.ledger_checks import check_decisions
 from hx.replay.trace_checks import check_trace
@@ -61,6 +61,14 @@ def simulate(rule: SequentialRule | None, k: int, pb: float, pc: float, runs: in
             c += Tries(k, sum(rng.random() < pc for _ in range(k)))
         called += d == "regressed"
     return called / runs
+
+
+def test_the_exact_test_takes_the_candidate_and_the_base_as_its_two_independent_samples() -> None:
+    """Candidate 0 of 6 against base 2 of 6: one-sided p 0.0985 (the table transposed, a side a row: 0.1048)."""
+    assert trailing_p(Tries(6, 2), Tries(6, 0)) == pytest.approx(0.0985, abs=5e-5)
+    assert trailing_p(Tries(6, 3), Tries(6, 0)) == pytest.approx(0.0338, abs=5e-5)
+    # 1 of 6 against 4 of 6 is p 0.073 (0.0535 transposed): at alpha 0.06 the task holds
+    assert decide(SequentialRule(alpha=0.06), Tries(6, 4), Tries(6, 1), waves=3) == "held"
 
 
 @pytest.mark.parametrize(("pb", "pc"), [(0.5, 0.5), (0.9, 0.4), (1.0, 0.0), (0.5, 0.0), (0.3, 0.3)])

@@ -8,6 +8,7 @@ import json
 import re
 import secrets
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,13 +32,15 @@ from hx.replay.compare import compare_attempt
 from hx.replay.replayer import harness_on_ledger
 from hx.runtime.models import ModelConfig
 from hx.runtime.task import Task, Tool
+from hx.runtime.tracer import LogWriter
 from projections.ledger import RunLedger
 from schemas.edits import Reparam
-from schemas.envelope import Record
+from schemas.envelope import EncodedEvent, Record, encoded
+from schemas.event import Event
 from schemas.history import resolve
 from schemas.hooks import HookRecord, StepStart, TaskStart
 from schemas.lifecycle import AttemptFinished, RoundStarted, RunStarted
-from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema
+from schemas.messages import TaskSpec, ToolCall, ToolResult, ToolSchema, Usage
 from schemas.model import ModelError, ModelResponse
 from schemas.tools import ToolReturned, VerifierScore
 from streams.config import NatsSettings
@@ -459,6 +462,39 @@ def test_failed_model_tries_are_left_out_of_the_comparison(nats_url: str) -> Non
     _, records = trace(nats_url, trace_filter("flaky"))
     assert sum(isinstance(r.event, ModelError) for r in records) >= 2
     assert "identical: 2 attempts" in ok(replay(nats_url, "flaky", "--round", "0")).stdout
+
+
+class BeforeUsage(LogWriter):
+    """Writes ``attempt.finished`` as hx did before it held ``usage`` (its body has no such field)."""
+
+    async def write_encoded(self, subject: str, events: Sequence[Event], bodies: Sequence[EncodedEvent],
+                            key: str) -> None:
+        """The frame, each ``AttemptFinished`` encoded again without its usage total."""
+        bodies = [encoded(msgspec.structs.replace(e, usage=Usage()), b[3]) if isinstance(e, AttemptFinished) else b
+                  for e, b in zip(events, bodies, strict=True)]
+        await super().write_encoded(subject, events, bodies, key)
+
+
+def test_an_attempt_logged_before_its_usage_total_replays_identically(nats_url: str) -> None:
+    class Play(RecordedReplies):
+        def do_POST(self) -> None:  # every answer reports tokens used
+            request = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            self.reply(200, json.dumps(play(request)).encode())
+
+    with serving(Play) as url:
+        async def go() -> None:
+            async with connect(NatsSettings(url=nats_url)) as conn:
+                models = ModelConfig(main=f"openai:stand-in@{url}/v1")
+                rollout = Rollout([ToyBench()], models, STARTER, log=conn.log, harness_source="starter:textworld",
+                                  settings=RolloutSettings(attempts=1, max_steps=4), writer=BeforeUsage(conn.log))
+                await rollout.rollout("old-usage", TASKS[:2])
+        asyncio.run(go())
+    _, records = trace(nats_url, trace_filter("old-usage"))
+    finished = [r.event for r in records if isinstance(r.event, AttemptFinished)]
+    responses = [r.event for r in records if isinstance(r.event, ModelResponse)]
+    assert len(finished) == 2 and all(f.usage == Usage() for f in finished)
+    assert responses and all(r.usage.input_tokens == 10 for r in responses)
+    assert "identical: 2 attempts" in ok(replay(nats_url, "old-usage", "--round", "0")).stdout
 
 
 @pytest.mark.slow

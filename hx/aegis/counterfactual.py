@@ -250,11 +250,15 @@ def decide(replayed: Sequence[Replayed]) -> tuple[bool, str]:
     closed = [(r.attempt, r.paths.closed) for r in replayed if r.paths.closed is not None]
     changed = [r for r in replayed if r.verdict == "changed"]
     unchecked = sum(1 for r in replayed if r.paths.unchecked)
-    kept = len(replayed) - len(closed) - unchecked
+    # an attempt with no winning action recorded had no path to keep open: counted apart, not as kept
+    pathless = sum(1 for r in replayed if not r.paths.winning)
+    kept = len(replayed) - len(closed) - unchecked - pathless
     same = sum(1 for r in replayed if r.verdict == "same")
     line = f"{len(replayed)} attempts replayed: {kept} paths kept open, {len(closed)} closed"
     if closed:
         line += " (" + "; ".join(c.describe(a) for a, c in closed) + ")"
+    if pathless:
+        line += f", {pathless} no winning action recorded"
     if unchecked:
         line += f", {unchecked} not checked ({next(r.paths.unchecked for r in replayed if r.paths.unchecked)})"
     if changed:

@@ -9,15 +9,17 @@ It is recorded in ``LedgerOpened.settings`` as nested plain data, so a resumed r
 (``hx.aegis.session.recorded_job``, which also reads the flat shape of runs recorded before jobs were nested).
 
 >>> job = EvolveJob(run_id="r", benches=("mybench:game",), adaptation=(), heldout=(), rollout=RolloutSettings(seed=3))
->>> recorded = msgspec.to_builtins(job)
+>>> recorded = job.recorded()
 >>> recorded["rollout"]["seed"], recorded["loop"]["rounds"], "coevolve" in recorded
 (3, 6, False)
+>>> recorded["loop"]["gate"]
+{'seesaw': 'sequential', 'drop': 0.25, 'alpha': 0.05, 'waves': 3}
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
@@ -84,6 +86,13 @@ class EvolveJob(msgspec.Struct, frozen=True, kw_only=True):
     """How each rollout runs."""
     loop: EvolveSettings = EvolveSettings()
     """The loop's settings."""
+
+    def recorded(self) -> dict[str, Any]:
+        """This job as ``LedgerOpened.settings`` records it: public (``public``), nested plain data, the gate's
+        settings as ``GateSettings.recorded`` writes them."""
+        data: dict[str, Any] = msgspec.to_builtins(self.public())
+        data["loop"]["gate"] = self.loop.gate.recorded()
+        return data
 
     def public(self) -> EvolveJob:
         """This job as it is recorded and shown: credentials in its model specs masked."""

@@ -136,7 +136,7 @@ async def run_evolution(conn: Connection, benches: Sequence[Benchmark], job: Evo
             harness = HarnessConfig.from_spec(job.harness)
             await ledger.start(LedgerOpened(run_id=job.run_id, strategy=job.loop.strategy,
                                             harness=harness.spec(), digest=harness.digest,
-                                            settings=msgspec.to_builtins(job.public()),
+                                            settings=job.recorded(),
                                             heldout_digest=splits.heldout_digest))
         roles = await round_roles(conn.log, job.run_id)
         trials = Trials(conn.log, job.run_id, benches, ModelConfig(main=job.model), job.rollout, splits,

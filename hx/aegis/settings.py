@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -27,7 +27,8 @@ class GateSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     ``seesaw`` defaults to ``retry`` *here* so that a job recorded before the sequential rule
     (``gate: {}``) still means what it ran with; a new run's settings come from ``of`` (the
-    command line), whose default is ``sequential``, and record it.
+    command line), whose default is ``sequential``, and record it. A job records them through
+    ``recorded``: the sequential rule's three numbers always written, defaults or not.
     """
 
     seesaw: SeesawMode = "retry"
@@ -44,6 +45,19 @@ class GateSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """The ``suite`` check after ``interval``: a suite file's path, ``default`` (hx's suite) or "" (off)."""
     suite_digest: str = ""
     """The digest of the suite the check plays (``hx.eval.suite.suite_digest``), so the audit knows which."""
+
+    def recorded(self) -> dict[str, Any]:
+        """These settings as a job records them: the fields off their defaults, and under the sequential rule its
+        ``drop``, ``alpha`` and ``waves`` always, so the audit reads the numbers the gate ran with, not a later hx's
+        defaults (a job recorded without them, before this, still reads them as the defaults); ``retry`` uses none.
+
+        Compared by value: msgspec's ``omit_defaults`` compares a float by identity, so whether a default number
+        was written depended on where it came from (the command line's parsed 0.25 was, the literal was not).
+        """
+        numbers = ("drop", "alpha", "waves")
+        sequential = self.seesaw == "sequential"
+        return {f.name: getattr(self, f.name) for f in msgspec.structs.fields(self)
+                if (sequential if f.name in numbers else getattr(self, f.name) != f.default)}
 
     @property
     def rule(self) -> SequentialRule | None:

@@ -2,7 +2,7 @@
 
 A passing attempt's trace holds, after every tool call (``ToolInvoked``), what the
 environment reported (``EnvObservation``): its score and the state it is in. An action
-is *winning* when it changed the score, or moved the attempt to a state on its way to the
+is *winning* when it raised the score, or moved the attempt to a state on its way to the
 end. "On its way" is the loop-erased walk: when the attempt comes back to a state it was in
 before, the actions between (a detour, a random walk's wandering) are not on the path; and
 (``corroborated``) a change of state counts only when another passing attempt of the task
@@ -116,7 +116,8 @@ def winning_steps(records: Sequence[Record]) -> tuple[WinningStep, ...]:
             if start is None:
                 start = state
             if pending is not None:  # the observation the call left behind
-                why = (f"score {score:g} -> {event.score:g}" if event.score != score else
+                # only a rise is a goal: a penalty (cookingworld's score falls on a mistake) is a change of state
+                why = (f"score {score:g} -> {event.score:g}" if event.score > score else
                        "success" if event.success and not success else "state changed")
                 calls[len(moves)] = (pending, why, current or start, state)
                 moves.append((state, len(moves)))

@@ -89,14 +89,20 @@ def _difference(spec: ExperimentSpec, base: Outcomes, cand: Outcomes) -> tuple[I
 def _arms(spec: ExperimentSpec, outputs: Mapping[Unit, AttemptOutput]) -> dict[str, dict[str, Outcomes]]:
     """Arm name (a cell, or in a factorial ``factor=level``) -> variable -> task -> its values: one per replication,
     or with several procedure seeds one per seed (its replications' mean); ``pass_at_k`` one per product (1 when
-    any of its k attempts passed)."""
+    any of its k attempts passed).
+
+    A factorial's marginal arm (``factor=level``) holds the units of several cells: its ``pass_at_k`` is each
+    cell's pass@k, never the best of attempts from different cells (that would be pass@(k x cells)): one value
+    per cell, or with procedure seeds per seed the mean over the cells of that seed's products.
+    """
     seeds = max(1, len(spec.procedure_seeds))
-    raw: dict[str, dict[str, dict[str, list[tuple[int, float]]]]] = {}
+    raw: dict[str, dict[str, dict[str, list[tuple[int, int, float]]]]] = {}
 
     def add(name: str, unit: Unit, output: AttemptOutput) -> None:
         arm = raw.setdefault(name, {v: {} for v in spec.response_variables})
         for variable in spec.response_variables:
-            arm[variable].setdefault(unit.task, []).append((unit.replication % seeds, value(output, variable)))
+            arm[variable].setdefault(unit.task, []).append(
+                (unit.cell.index, unit.replication % seeds, value(output, variable)))
 
     # units in (task, cell, replication) order, whatever order they ran in: the bootstrap sees the same arrays
     for unit in sorted(outputs, key=lambda u: (u.task, u.cell.index, u.replication)):
@@ -105,11 +111,20 @@ def _arms(spec: ExperimentSpec, outputs: Mapping[Unit, AttemptOutput]) -> dict[s
             for factor, level in unit.cell.levels:
                 add(f"{factor}={level}", unit, outputs[unit])
 
-    def fold(variable: str, values: list[tuple[int, float]]) -> list[float]:
-        if variable != "pass_at_k" and seeds == 1:
-            return [v for _, v in values]
-        per = [[v for s, v in values if s == seed] for seed in range(seeds)]
-        return [max(vs) if variable == "pass_at_k" else sum(vs) / len(vs) for vs in per if vs]
+    def fold(variable: str, values: list[tuple[int, int, float]]) -> list[float]:
+        if variable != "pass_at_k":
+            if seeds == 1:
+                return [v for _, _, v in values]
+            per = [[v for _, s, v in values if s == seed] for seed in range(seeds)]
+            return [sum(vs) / len(vs) for vs in per if vs]
+        products: dict[tuple[int, int], float] = {}  # (cell, seed) -> pass@k of that product
+        for cell, seed, v in values:
+            products[cell, seed] = max(products.get((cell, seed), 0.0), v)
+        cells = sorted({cell for cell, _ in products})
+        if seeds == 1:
+            return [products[cell, 0] for cell in cells]
+        per = [[products[cell, seed] for cell in cells if (cell, seed) in products] for seed in range(seeds)]
+        return [sum(vs) / len(vs) for vs in per if vs]
 
     return {name: {variable: {task: fold(variable, values) for task, values in tasks.items()}
                    for variable, tasks in variables.items()} for name, variables in raw.items()}
@@ -185,13 +200,17 @@ def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit,
     arms = _arms(spec, outputs)
     games = _games(spec)
     levels: list[LevelSummary] = []
+    notes: list[str] = []
     for name, variables in arms.items():
         for variable, outcomes in variables.items():
             for label, part in [(variable, outcomes), *((f"{variable} {g}", _of_game(outcomes, g)) for g in games)]:
-                levels.append(LevelSummary(variable=label, level=name, n=sum(map(len, part.values())),
-                                           mean=_mean(spec, variable, part)))
+                try:
+                    mean = _mean(spec, variable, part)
+                except IntervalError as exc:  # e.g. a task short of a seed's units: named, the rest concluded
+                    notes.append(f"{label} mean at {name}: {exc}")
+                    continue
+                levels.append(LevelSummary(variable=label, level=name, n=sum(map(len, part.values())), mean=mean))
     effects: list[EffectSummary] = []
-    notes: list[str] = []
     for factor in spec.factors:
         def arm(level: str, factor_name: str = factor.name) -> str:
             return level if len(spec.factors) == 1 else f"{factor_name}={level}"
@@ -212,7 +231,7 @@ def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit,
                     effects.append(EffectSummary(variable=label, factor=factor.name, level=level,
                                                  reference=reference, difference=bounds(difference),
                                                  effect_size=bounds(size), verdict=keep_rule(difference).value))
-    interactions = _interactions(spec, cells, arms)
+    interactions = _interactions(spec, cells, arms, notes)
     verdict, detail = evaluate(parse(spec.falsified_if), Conclusion(spec, levels, effects))
     falsified: Falsification = "undecided" if verdict is None else "falsified" if verdict else "not_falsified"
     if notes:
@@ -222,9 +241,10 @@ def conclude(spec: ExperimentSpec, cells: Sequence[Cell], outputs: Mapping[Unit,
                                detail=detail)
 
 
-def _interactions(spec: ExperimentSpec, cells: Sequence[Cell],
-                  arms: Mapping[str, Mapping[str, Outcomes]]) -> list[InteractionSummary]:
-    """A 2 x 2 factorial's interaction, and each of the spec's named ``interactions`` (a0b0, a1b0, a0b1, a1b1)."""
+def _interactions(spec: ExperimentSpec, cells: Sequence[Cell], arms: Mapping[str, Mapping[str, Outcomes]],
+                  notes: list[str]) -> list[InteractionSummary]:
+    """A 2 x 2 factorial's interaction, and each of the spec's named ``interactions`` (a0b0, a1b0, a0b1, a1b1);
+    one whose interval cannot be had is named in ``notes`` instead."""
     out: list[InteractionSummary] = []
     quads: list[tuple[tuple[str, str], list[str], list[float]]] = []
     if len(spec.factors) == 2 and all(len(f.levels) == 2 for f in spec.factors):
@@ -240,7 +260,11 @@ def _interactions(spec: ExperimentSpec, cells: Sequence[Cell],
             if not all(tables):
                 continue
             present = [t for t in tables if t]
-            interaction = (crossed_contrast(present, weights, seed=spec.seed) if _seeded(spec)
-                           else contrast(present, weights, seed=spec.seed))
+            try:
+                interaction = (crossed_contrast(present, weights, seed=spec.seed) if _seeded(spec)
+                               else contrast(present, weights, seed=spec.seed))
+            except IntervalError as exc:
+                notes.append(f"{variable} interaction {' x '.join(factors)}: {exc}")
+                continue
             out.append(InteractionSummary(variable=variable, factors=factors, contrast=bounds(interaction)))
     return out

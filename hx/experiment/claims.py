@@ -8,19 +8,23 @@ spec's own directory), nor a range the registry declares spent in ``spent-test-r
 
     - {tasks: "<bench>:<game>:test:0-199", by: "figures before pre-registration"}
 
-A spec is not in conflict with itself: the same file, or a copy of it under the same claim
-name (a bench runs a copy in its data directory). Anything else is one line naming the task
-and the claim that used it.
+A spec is not in conflict with itself: the same file, or a registry spec with the same spec
+digest (a bench runs a copy of the committed spec in its data directory). A registry spec under
+the same claim name whose digest differs is another claim's. Two registry specs under one claim
+name with different digests are an error naming both files (which one is the claim?). Anything
+else is one line naming the task and the claim that used it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hx.experiment.errors import SpecRejected
+from hx.experiment.spec import parse_spec, spec_digest
 from schemas.documents import read_document
 from schemas.experiment import ExperimentSpec
 
@@ -48,17 +52,39 @@ def _spent(path: Path) -> Iterator[tuple[str, str]]:
             yield f"{found['game']}:test:{n}", f"{entry.get('by') or 'a spent range'} ({path.name})"
 
 
-def _claims(registry: Path, own: Path | None) -> Iterator[tuple[str, str, Path]]:
-    """(claim name, task, file) for the test tasks of every other claim spec in the registry."""
+@dataclass(frozen=True)
+class RegisteredClaim:
+    """A claim spec of the registry: its claim name, file, spec digest and test tasks."""
+
+    name: str
+    path: Path
+    digest: str
+    tasks: frozenset[str]
+
+    @classmethod
+    def of(cls, path: Path, spec: ExperimentSpec) -> RegisteredClaim:
+        """The claim the spec read from ``path`` registers."""
+        return cls(spec.claim, path, spec_digest(spec), frozenset(test_tasks(spec.tasks)))
+
+
+def _claims(registry: Path, own: Path | None) -> list[RegisteredClaim]:
+    """Every claim spec in the registry but ``own``; two specs under one claim name must be the same spec."""
+    found: dict[str, RegisteredClaim] = {}
+    out: list[RegisteredClaim] = []
     for path in sorted(registry.iterdir()):
         if path.suffix not in (".yaml", ".yml", ".json", ".toml") or path.name == SPENT:
             continue
-        if own is not None and path.resolve() == own.resolve():
-            continue
         data = read_document(path, "spec", SpecRejected)
-        if isinstance(data, dict) and data.get("claim"):
-            for task in test_tasks(data.get("tasks")):
-                yield str(data["claim"]), task, path
+        if not isinstance(data, dict) or not data.get("claim"):
+            continue
+        claim = RegisteredClaim.of(path, parse_spec(data, where=str(path)))
+        first = found.setdefault(claim.name, claim)
+        if first.digest != claim.digest:
+            raise SpecRejected(f"{registry}: claim {claim.name!r} is registered by two different specs, "
+                               f"{first.path.name} and {path.name}; a claim is one spec")
+        if own is None or path.resolve() != own.resolve():
+            out.append(claim)
+    return out
 
 
 def check_claim(spec: ExperimentSpec, path: Path | None, registry: Path) -> None:
@@ -72,9 +98,13 @@ def check_claim(spec: ExperimentSpec, path: Path | None, registry: Path) -> None
     used: dict[str, str] = {}
     if (registry / SPENT).is_file():
         used.update(_spent(registry / SPENT))
-    for name, task, other in _claims(registry, path):
-        if name != spec.claim:  # a copy of this claim's own spec is not another claim
-            used.setdefault(task, f"claim {name!r} ({other.name})")
+    digest = spec_digest(spec)
+    for other in _claims(registry, path):
+        if other.digest == digest:  # this very spec, registered (a bench runs a copy of it)
+            continue
+        same = " under this claim's name, a different spec" if other.name == spec.claim else ""
+        for task in other.tasks:
+            used.setdefault(task, f"claim {other.name!r} ({other.path.name}{same})")
     clash = sorted(mine & set(used), key=lambda t: (t.rsplit(":", 1)[0], int(t.rsplit(":", 1)[1])))
     if clash:
         more = f" and {len(clash) - 1} more" if len(clash) > 1 else ""

@@ -17,10 +17,13 @@ rules are selectable (a run's ``gate.seesaw``):
   gives ``p <= alpha``; else it holds. Both sides play the same number of attempts on the same
   seeds, so an extension is never a retry that only the candidate gets.
 
-Error rates, exact (``operating_characteristic``): a task that did not change is called
-regressed with probability at most ``alpha`` (the test is exact, and an early hold only
-lowers it); the probability that a drop of a given size is caught depends on the
-base's pass rate and the attempts, and is stated in docs/aegis.md for the defaults.
+Error rates, exact (``operating_characteristic``): the test alone is exact at ``alpha``, but
+wave 1's base attempts both select the task (it is solved: the base passed at least once) and
+enter the test, so a task that did not change is called regressed somewhat more often than
+``alpha``: at the defaults up to 6.2 % with ``k = 2`` (6.1 % at a pass rate of 0.2) and 7.2 % with
+``k = 3`` (7.0 % at 0.2), the worst at low pass rates, where a solved task's base was luckier than
+its rate. The probability that a drop of a given size is caught depends on the base's pass rate
+and the attempts; both are stated in docs/aegis.md (``bench/gate_oc.py`` prints them).
 
 >>> rule = SequentialRule()
 >>> decide(rule, Tries(2, 2), Tries(2, 2), waves=1), decide(rule, Tries(2, 1), Tries(2, 0), waves=1)
@@ -68,7 +71,8 @@ class SequentialRule:
     drop: float = 0.25
     """The smallest fall in a task's pass rate that counts as a regression (smaller is noise)."""
     alpha: float = 0.05
-    """The one-sided level of Boschloo's exact test (about the chance an unchanged task is called regressed)."""
+    """The one-sided level of Boschloo's exact test; an unchanged solved task is called regressed a little more
+    often (6-7 % at 0.05: wave 1's base attempts also chose the task, ``operating_characteristic``)."""
     waves: int = 3
     """The most waves of ``k`` paired seeds a trailing task plays (the first is the base's main rollout's)."""
 
@@ -85,7 +89,9 @@ def _boschloo(c: int, nc: int, b: int, nb: int) -> float:
     root = logging.getLogger()
     root.addFilter(_scipy_chatter)  # scipy's exact tests log their search bounds at INFO on the root logger
     try:
-        return float(boschloo_exact([[c, nc - c], [b, nb - b]], alternative="less").pvalue)
+        # scipy's columns are the two independent samples (passes over fails): the candidate's, then the base's;
+        # "less" is the alternative that the first column's pass rate is below the second's
+        return float(boschloo_exact([[c, b], [nc - c, nb - b]], alternative="less").pvalue)
     finally:
         root.removeFilter(_scipy_chatter)
 

@@ -6,7 +6,10 @@ loop emitted them, before its tracer packs them into deltas. Wall time lives in 
 header, never in a body, so equal behaviour means equal bodies. Two things differ by
 construction and are mapped back before comparing (``Aliases``): the model spec a replay
 or fork calls through (``replay:X`` stands for ``X``), a fork's own run id, and the
-digest of a harness given on purpose instead of the logged one.
+digest of a harness given on purpose instead of the logged one. And an attempt logged before
+``AttemptFinished.usage`` existed holds zeros there while its replay sums the recorded
+responses' usage: against such a log the replayed total is compared as zeros too
+(``as_logged``).
 
 >>> from schemas.messages import ToolCall
 >>> first_difference(ToolCall(id="c", name="act", input={"action": "look"}),
@@ -26,6 +29,7 @@ from schemas.envelope import Record
 from schemas.event import Event
 from schemas.hooks import HOOK_OF, AfterModel, HookRecord
 from schemas.lifecycle import AttemptFinished, AttemptStarted
+from schemas.messages import Usage
 from schemas.model import ModelError, ModelRequest, ModelResponse
 
 EXTRA = "(an event the log does not have)"
@@ -151,6 +155,18 @@ def first_difference(logged: Any, replayed: Any, path: str = "") -> tuple[str, A
     return path, logged, replayed
 
 
+def as_logged(logged: Event, replayed: Event) -> Event:
+    """``replayed`` with its usage total zeroed when the logged attempt predates the total (its ``usage`` all zeros).
+
+    hx wrote ``AttemptFinished`` without ``usage`` before issue 38; such an event reads back with zeros,
+    while the replay re-sums the recorded responses' usage. A total the log never held is no divergence.
+    """
+    if (isinstance(logged, AttemptFinished) and isinstance(replayed, AttemptFinished)
+            and logged.usage == Usage() and replayed.usage != Usage()):
+        return msgspec.structs.replace(replayed, usage=Usage())
+    return replayed
+
+
 def without_failed_tries(records: Sequence[Record]) -> list[Record]:
     """The logged records less each failed model try (its request and ``model.error``); try indexes set to 0.
 
@@ -182,6 +198,8 @@ def compare_attempt(subject: str, logged: Sequence[Record], replayed: Sequence[E
     for i in range(max(len(records), len(replayed))):
         record = records[i] if i < len(records) else None
         event = aliases.apply(replayed[i]) if i < len(replayed) else None
+        if record is not None and event is not None:
+            event = as_logged(record.event, event)
         if record is not None and event is not None and record.event == event:
             continue
         step = getattr(record.event if record is not None else event, "step", None)
