@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from hx.aegis.errors import HeldoutAccess
@@ -93,21 +94,26 @@ class Evidence:
                 raise HeldoutAccess(f"trace round {r} of run {self.run_id!r} is a {started.split} round: "
                                     "no AEGIS stage may read it")
 
-    async def attempts(self, trace_rounds: list[int]) -> list[AttemptFacts]:
-        """The facts of every attempt of the given adaptation trace rounds, in log order."""
+    async def records(self, trace_rounds: list[int], types: tuple[str, ...]
+                      ) -> AsyncIterator[tuple[tuple[int, str, int], Record]]:
+        """Each record of ``types`` on the given adaptation trace rounds, in log order, with its attempt's
+        (trace round, task, attempt) (``HeldoutAccess`` for any other round)."""
         await self.check(trace_rounds)
-        facts: dict[tuple[int, str, int], AttemptFacts] = {}
         subjects = [trace_filter(self.run_id, r) for r in trace_rounds]
         if not subjects:
-            return []
-        async for record in self.log.read(TRACE.name, subjects=subjects, types=FACT_TYPES):
+            return
+        async for record in self.log.read(TRACE.name, subjects=subjects, types=types):
             addr = TraceAddress.parse(record.subject)
-            if addr.round is None or addr.task is None or addr.attempt is None:
-                continue
-            key = (addr.round, addr.task, addr.attempt)
+            if addr.round is not None and addr.task is not None and addr.attempt is not None:
+                yield (addr.round, addr.task, addr.attempt), record
+
+    async def attempts(self, trace_rounds: list[int]) -> list[AttemptFacts]:
+        """The facts of every attempt of the given adaptation trace rounds, in log order."""
+        facts: dict[tuple[int, str, int], AttemptFacts] = {}
+        async for key, record in self.records(trace_rounds, FACT_TYPES):
             fact = facts.get(key)
             if fact is None:
-                fact = facts[key] = AttemptFacts(addr.task, addr.attempt, addr.round)
+                fact = facts[key] = AttemptFacts(key[1], key[2], key[0])
             _fold(fact, record)
         return list(facts.values())
 

@@ -10,7 +10,7 @@ unsupported.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,6 +59,19 @@ def evidence_for(digests: Sequence[TaskDigest], tasks: Sequence[str]) -> tuple[A
     """The anchors of the digests of ``tasks`` (capped), in digest order: evidence comes from the digests only."""
     wanted = set(tasks)
     return tuple(a for d in digests if d.task in wanted for a in d.evidence)[:MAX_EVIDENCE]
+
+
+def suspected(context: Context, variant: str) -> Iterator[tuple[str, str, AnyEditOp, tuple[str, ...]]]:
+    """Each operation of a ship suspected of one of ``variant``'s regressions: (the regressed task, the suspect
+    candidate, the operation, every task that candidate is suspected of breaking)."""
+    regressions = context.landscape.regressions
+    for reg in regressions:
+        if reg.variant != variant:
+            continue
+        for cid in reg.suspects:
+            broke = tuple(r.task for r in regressions if cid in r.suspects)
+            for op in context.state.candidates[cid].proposal.operations:
+                yield reg.task, cid, op, broke
 
 
 Standing = Literal["new", "stale", "judged"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from hx.aegis.evolvers.base import Context, Evolver, Proposal, standing
+from hx.aegis.evolvers.base import Context, Evolver, Proposal, evidence_for, standing, suspected
 from hx.aegis.evolvers.offline import MAX_PREDICTED, completed
 from hx.aegis.induction import Induced, InductionSettings, induce, read_traces
 from hx.harness.config import HarnessConfig
@@ -106,20 +106,13 @@ class InducedEvolver(Evolver):
     def _drops(self, context: Context, variant: str, harness: HarnessConfig) -> list[Proposal]:
         held = set(program_of(harness, RULE_GROUP))
         out = []
-        for reg in context.landscape.regressions:
-            if reg.variant != variant:
+        for task, cid, op, broke in suspected(context, variant):
+            if not isinstance(op, AddRule) or op.rule not in held:
                 continue
-            for cid in reg.suspects:
-                for op in context.state.candidates[cid].proposal.operations:
-                    if not isinstance(op, AddRule) or op.rule not in held:
-                        continue
-                    drop = DropRule(rule=op.rule)
-                    flips = tuple(r.task for r in context.landscape.regressions if cid in r.suspects)
-                    manifest = Manifest(intended_effect=f"undo {cid}: drop the rule `{sentence(op.rule)}`, "
-                                        "suspected of breaking tasks it solved before", predicted_flips=flips,
-                                        evidence=next((d.evidence for d in context.digests if d.task == reg.task),
-                                                      ())[:8], attribution=RULE_GROUP)
-                    out.append(Proposal(variant, (drop,), manifest))
+            manifest = Manifest(intended_effect=f"undo {cid}: drop the rule `{sentence(op.rule)}`, suspected of "
+                                "breaking tasks it solved before", predicted_flips=broke[:MAX_PREDICTED],
+                                evidence=evidence_for(context.digests, [task]), attribution=RULE_GROUP)
+            out.append(Proposal(variant, (DropRule(rule=op.rule),), manifest))
         return out
 
     def _moves(self, variant: str, harness: HarnessConfig, digests: Sequence[TaskDigest]) -> list[Proposal]:

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from hx.aegis import levers
-from hx.aegis.evolvers.base import MAX_EVIDENCE, Context, Evolver, Proposal, evidence_for, standing
+from hx.aegis.evolvers.base import MAX_EVIDENCE, Context, Evolver, Proposal, evidence_for, standing, suspected
 from hx.harness.config import Attachment, HarnessConfig
 from hx.harness.edits import apply
 from hx.harness.errors import CompositionError
@@ -94,24 +94,18 @@ class OfflineEvolver(Evolver):
 
     def _reverts(self, context: Context, variant: str, harness: HarnessConfig) -> list[tuple[float, str, Proposal]]:
         out = []
-        for reg in context.landscape.regressions:
-            if reg.variant != variant:
+        for task, cid, op, broke in suspected(context, variant):
+            if not isinstance(op, Attach):
                 continue
-            for cid in reg.suspects:
-                for op in context.state.candidates[cid].proposal.operations:
-                    if not isinstance(op, Attach):
-                        continue
-                    group = processor_type(op.processor).group()
-                    if group not in harness.groups():
-                        continue
-                    revert = Remove(group=group)
-                    manifest = Manifest(
-                        intended_effect=f"undo {cid}: remove {group}, suspected of breaking tasks it solved before",
-                        categories=(), predicted_flips=tuple(r.task for r in context.landscape.regressions
-                                                             if cid in r.suspects)[:MAX_PREDICTED],
-                        evidence=evidence_for(context.digests, [reg.task]), attribution=group)
-                    out.append((10.0 * len(manifest.predicted_flips), f"remove:{group}",
-                                Proposal(variant, (revert,), manifest)))
+            group = processor_type(op.processor).group()
+            if group not in harness.groups():
+                continue
+            manifest = Manifest(
+                intended_effect=f"undo {cid}: remove {group}, suspected of breaking tasks it solved before",
+                categories=(), predicted_flips=broke[:MAX_PREDICTED], evidence=evidence_for(context.digests, [task]),
+                attribution=group)
+            out.append((10.0 * len(manifest.predicted_flips), f"remove:{group}",
+                        Proposal(variant, (Remove(group=group),), manifest)))
         return out
 
     def _relaxations(self, context: Context, variant: str, harness: HarnessConfig,

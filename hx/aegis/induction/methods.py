@@ -24,10 +24,11 @@ the traces, and every threshold from ``InductionSettings``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from hx.aegis.induction.index import Corpus, Indexed, StepRef, head, text_key
+from hx.aegis.induction.traces import Step
 from hx.aegis.settings import InductionSettings
 from hx.processors._rule_view import FUNCTION_WORDS, number_in, words
 from schemas.edits import Anchor
@@ -168,15 +169,21 @@ def _avoidance(corpus: Corpus, pattern: Pattern, cue: str, s: InductionSettings
                                           float(len(tasks)))
 
 
+def _supported(corpus: Corpus, s: InductionSettings, evidence: Callable[[Step], bool]
+               ) -> Iterator[tuple[Pattern, list[StepRef]]]:
+    """Each base pattern of the steps ``evidence`` picks, with those steps, when they span ``min_support`` tasks."""
+    picked = [(a, t) for a in corpus.attempts for t, step in enumerate(a.trace.steps) if evidence(step)]
+    for base, refs in _by_base(picked).items():
+        if len(_tasks(refs)) >= s.min_support:
+            yield base, refs
+
+
 def fatal(corpus: Corpus, s: InductionSettings) -> list[Induced]:
     """Avoid what ended attempts in failure, qualified as narrowly as the evidence allows: by a text the action
     must (not) name, or else by a word the last observation said before it went wrong."""
-    ends = [(a, t) for a in corpus.attempts for t, step in enumerate(a.trace.steps) if step.fatal]
     options = texts(corpus, s.min_support)
     out = []
-    for base, refs in _by_base(ends).items():
-        if len(_tasks(refs)) < s.min_support:
-            continue
+    for base, refs in _supported(corpus, s, lambda step: step.fatal):
         judged = [_avoidance(corpus, p, "", s) for p in qualified(base, options) if _evidenced(p, refs, s)]
         found = [j for j in judged if j is not None]
         if not found:  # no qualifier separates the failures from the successes: try what the state said
@@ -303,12 +310,9 @@ class _Preferences:
 def rising(corpus: Corpus, s: InductionSettings) -> list[Induced]:
     """Prefer what raised the score or led to it, when following the preference pays; and the least or most
     number first."""
-    ups = [(a, t) for a in corpus.attempts for t, step in enumerate(a.trace.steps) if step.useful]
     options = texts(corpus, s.min_support)
     out = []
-    for base, refs in _by_base(ups).items():
-        if len(_tasks(refs)) < s.min_support:
-            continue
+    for base, refs in _supported(corpus, s, lambda step: step.useful):
         rows = _rows(corpus, base)
         search = _Preferences(base, rows, s)
         useful = [row for row in rows if row[0].trace.steps[row[1]].useful]
@@ -327,11 +331,10 @@ def rising(corpus: Corpus, s: InductionSettings) -> list[Induced]:
 
 def precedence(corpus: Corpus, s: InductionSettings) -> list[Induced]:
     """Require another kind of action first, where the fatal kind raised the score only after it."""
-    ends = [(a, t) for a in corpus.attempts for t, step in enumerate(a.trace.steps) if step.fatal]
     kinds = sorted(k for k, refs in corpus.taken.items() if k and len(_tasks(refs)) >= s.min_support)
     out = []
-    for base, refs in _by_base(ends).items():
-        if len(_tasks(refs)) < s.min_support or base.mentions:
+    for base, _ in _supported(corpus, s, lambda step: step.fatal):
+        if base.mentions:
             continue
         steps = corpus.taking(base)
         for kind in kinds:

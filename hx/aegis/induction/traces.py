@@ -16,7 +16,6 @@ from hx.processors._rule_view import content, words
 from schemas.edits import Anchor
 from schemas.lifecycle import AttemptFinished
 from schemas.tools import EnvObservation
-from streams.topology import TRACE, TraceAddress, trace_filter
 
 TYPES = (EnvObservation.TYPE, AttemptFinished.TYPE)
 
@@ -92,19 +91,11 @@ def credit(trace: AttemptTrace) -> None:
 
 async def read_traces(evidence: Evidence, trace_rounds: list[int]) -> list[AttemptTrace]:
     """Every attempt of the given adaptation trace rounds, in log order (``HeldoutAccess`` for any other round)."""
-    await evidence.check(trace_rounds)
-    if not trace_rounds:
-        return []
     out: dict[tuple[int, str, int], AttemptTrace] = {}
-    subjects = [trace_filter(evidence.run_id, r) for r in trace_rounds]
-    async for record in evidence.log.read(TRACE.name, subjects=subjects, types=TYPES):
-        addr = TraceAddress.parse(record.subject)
-        if addr.round is None or addr.task is None or addr.attempt is None:
-            continue
-        key = (addr.round, addr.task, addr.attempt)
+    async for key, record in evidence.records(trace_rounds, TYPES):
         trace = out.get(key)
         if trace is None:
-            trace = out[key] = AttemptTrace(addr.task, addr.attempt, addr.round)
+            trace = out[key] = AttemptTrace(key[1], key[2], key[0])
         event = record.event
         if isinstance(event, EnvObservation):
             _fold(trace, event, Anchor(seq=record.seq, index=record.index, note=f"step {event.step}"))
