@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Literal
 
+from hx.aegis.ledger import Ledger
 from hx.aegis.operations import buckets_of, dimensions_of
 from hx.aegis.state import RunState
 from hx.harness.config import HarnessConfig
@@ -25,6 +27,8 @@ from schemas.ledger import (
     RoundDigested,
     VariantForked,
 )
+from streams.config import NatsSettings
+from streams.connection import connect
 
 STARTER = starter_harness("textworld")
 GATE_CHECKS = ("manifest", "config", "smoke", "leakage", "counterfactual", "seesaw", "effect")
@@ -117,3 +121,16 @@ class LedgerRun:
     def judged(self, round: int, concern: str, banned: tuple[str, ...]) -> None:
         """Record a critic's verdict with a strategy concern."""
         self.records.append(CriticJudged(run_id=self.run_id, round=round, strategy_concern=concern, banned=banned))
+
+
+def write_ledger(url: str, run: LedgerRun) -> None:
+    """Write a hand-made run's ledger onto the server at ``url``, through the ledger aggregate the loop appends with."""
+    async def write() -> None:
+        async with connect(NatsSettings(url=url)) as conn:
+            ledger = Ledger(conn, run.run_id)
+            try:
+                await ledger.start(run.records[0])  # type: ignore[arg-type]
+                await ledger.append(*run.records[1:])
+            finally:
+                await ledger.close()
+    asyncio.run(write())

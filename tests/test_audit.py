@@ -13,11 +13,10 @@ import msgspec
 import pytest
 from audit_kit import EvolvedRun, evolved_run, rechained
 from hx_cli import error_line, ok
-from ledger_run import GATE_CHECKS, STARTER, LedgerRun, attach
+from ledger_run import GATE_CHECKS, STARTER, LedgerRun, attach, write_ledger
 from toybench import RANDOM, ToyBench
 from toybench import ids as toy_ids
 
-from hx.aegis.ledger import Ledger
 from hx.cli.audit import EXIT_NOT_VERIFIED
 from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
 from schemas.edits import Anchor, Manifest
@@ -59,19 +58,6 @@ def not_verified(result: Any) -> str:
 def unwrapped(text: str) -> str:
     """A rich tree's text on one line: wrapped lines joined, guide lines dropped."""
     return " ".join(text.replace("│", " ").split())
-
-
-def write_ledger(url: str, run: LedgerRun) -> None:
-    """Write a hand-made run's ledger (another run than the evolved one, which is only read)."""
-    async def write() -> None:
-        async with connect(NatsSettings(url=url)) as conn:
-            ledger = Ledger(conn, run.run_id)
-            try:
-                await ledger.start(run.records[0])  # type: ignore[arg-type]
-                await ledger.append(*run.records[1:])
-            finally:
-                await ledger.close()
-    asyncio.run(write())
 
 
 def ledger_last_seq(url: str) -> int:

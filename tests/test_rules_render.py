@@ -20,10 +20,10 @@ import pytest
 import toyworld  # noqa: F401 - registers the toy benchmark the evolved run plays
 from click.testing import Result
 from hx_cli import hx, ok
-from ledger_run import STARTER, LedgerRun, attach, task
+from ledger_run import STARTER, LedgerRun, attach, task, write_ledger
 
 from hx.aegis.critic import review
-from hx.aegis.ledger import Ledger, read_records
+from hx.aegis.ledger import read_records
 from hx.aegis.operations import dimensions_of
 from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply, describe
@@ -78,19 +78,6 @@ def shipped_run() -> LedgerRun:
     run.digested(1, [task("toy:a:1"), task("toy:a:2", passes=1), task("toy:b:1", variant="v1")])
     run.ship(1, "C-R1-01", (DropRule(rule=PREFER),), ["toy:a:1"])
     return run
-
-
-def write_ledger(url: str, run: LedgerRun) -> None:
-    """The run's ledger onto the server, through the ledger aggregate the loop appends with."""
-    async def write() -> None:
-        async with connect(NatsSettings(url=url)) as conn:
-            ledger = Ledger(conn, run.run_id)
-            try:
-                await ledger.start(run.records[0])  # type: ignore[arg-type]
-                await ledger.append(*run.records[1:])
-            finally:
-                await ledger.close()
-    asyncio.run(write())
 
 
 @dataclass(frozen=True)
