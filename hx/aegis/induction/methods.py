@@ -171,7 +171,8 @@ def _avoidance(corpus: Corpus, pattern: Pattern, cue: str, s: InductionSettings
 
 def _supported(corpus: Corpus, s: InductionSettings, evidence: Callable[[Step], bool]
                ) -> Iterator[tuple[Pattern, list[StepRef]]]:
-    """Each base pattern of the steps ``evidence`` picks, with those steps, when they span ``min_support`` tasks."""
+    """Each base pattern of the steps ``evidence`` picks, with those steps, when they come from ``min_support`` tasks
+    or more."""
     picked = [(a, t) for a in corpus.attempts for t, step in enumerate(a.trace.steps) if evidence(step)]
     for base, refs in _by_base(picked).items():
         if len(_tasks(refs)) >= s.min_support:
