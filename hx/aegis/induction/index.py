@@ -3,7 +3,7 @@
 The interpreter (``hx.processors.rule_program``) walks one attempt forward with an
 ``AttemptView``; the induction must judge hundreds of candidate patterns over thousands of
 recorded steps, so it precomputes, per attempt, when each word was first read, first shown
-after each kind of action, and which actions were offered by leading word. ``Indexed.holds``
+after each kind of action, and which actions were offered by leading word. ``Indexed.matches``
 answers "does this pattern match this action at step t" with the interpreter's semantics
 (``tests/test_induction.py`` checks the two agree on recorded attempts).
 """
@@ -18,7 +18,7 @@ import msgspec
 
 from hx.aegis.induction.traces import AttemptTrace
 from hx.processors._rule_view import content, words
-from schemas.rules import AnyText, LastObservation, Pattern, ReadText, ShownAfter, TaskText
+from schemas.rules import AnyText, Pattern, ReadText, ShownAfter, TaskText
 
 NEVER = 1 << 30
 """A step index later than any: a word never seen."""
@@ -53,8 +53,6 @@ class Indexed:
     """Leading words of an action -> word -> the first step where such an action showed it."""
     offered_by_head: list[dict[str, list[str]]] = field(default_factory=list)
     """Per step, the offered actions by leading word."""
-    first_taken: dict[str, int] = field(default_factory=dict)
-    """Action -> the first step it was taken."""
     first_kind: dict[str, int] = field(default_factory=dict)
     """Leading word -> the first step an action with it was taken."""
     _reach: dict[tuple[str, str, str], int] = field(default_factory=dict)
@@ -74,7 +72,6 @@ class Indexed:
             for a in step.offered:
                 by_head[head(a)].append(a)
             out.offered_by_head.append(by_head)
-            out.first_taken.setdefault(step.action, t)
             seen = frozenset(words(step.observation))
             for w in seen:
                 out.read_first.setdefault(w, t)
@@ -85,12 +82,6 @@ class Indexed:
                 shown.setdefault(w, t)
             last = seen
         return out
-
-    def knows(self, text: AnyText, w: str, t: int) -> bool:
-        """True when word ``w`` is in ``text`` as the attempt had seen it just before step ``t``."""
-        if isinstance(text, LastObservation):
-            return w in self.last[t] if t < len(self.last) else False
-        return self._first(text, w) < t
 
     def matches(self, pattern: Pattern, action: str, t: int) -> bool:
         """True when ``action`` is one of the pattern's actions at step ``t`` (the interpreter's ``matches``)."""
