@@ -56,12 +56,23 @@ def main() -> None:
     parser.add_argument("--heldout-tasks", type=int, default=20, help="validation (train split) tasks per game")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--quick", action="store_true", help="2 games, 1 seed, 2 settings, 8 tasks, 3 rounds")
+    parser.add_argument("--settings", default=None, metavar="S:L,...",
+                        help="only these (support:lift) settings of the grid, e.g. 3:2,5:3 (to go on after a cut run)")
     args = parser.parse_args()
     games = [g for g in args.games.split(",") if g]
     unknown = sorted(set(games) - set(GAMES))
     if unknown:
         parser.error(f"--games: unknown game(s) {', '.join(unknown)}; games: {', '.join(GAMES)}")
     grid = list(product(SUPPORTS, LIFTS))
+    if args.settings:
+        try:
+            chosen = [(int(s), float(lift)) for s, lift in (x.split(":") for x in args.settings.split(",") if x)]
+        except ValueError:
+            parser.error(f"--settings: {args.settings!r} is not a list of support:lift pairs such as 3:2,5:3")
+        outside = [f"{s}:{lift:g}" for s, lift in chosen if (s, lift) not in grid]
+        if outside:
+            parser.error(f"--settings: {', '.join(outside)} not in the grid (supports {SUPPORTS}, lifts {LIFTS})")
+        grid = chosen
     seeds, tasks, heldout, rounds = args.seeds, args.tasks, args.heldout_tasks, args.rounds
     if args.quick:
         games, grid, seeds, tasks, heldout, rounds = ["mapreader", "sorting"], [(3, 2.0), (5, 3.0)], 1, 8, 8, 3
