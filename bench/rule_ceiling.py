@@ -6,12 +6,14 @@ Run from the repository root::
     python bench/rule_ceiling.py                                  # the four games the catalog cannot lift
     python bench/rule_ceiling.py --games sorting --tasks 30       # one game
     python bench/rule_ceiling.py --support 2 --lift 1.5           # other thresholds
+    python bench/rule_ceiling.py --games sciworld:use-thermometer --tasks 10 --heldout-tasks 10
 
 Per game, in a fresh data directory: ``hx run`` plays the starter harness on the first ``--tasks`` dev
 tasks (an adaptation round, as an evolution's round 0), the induction reads that round
 (``hx.aegis.induction``, the evolver's own code) and every rule it finds that builds is added to the
-starter at once. Then both harnesses play the same ``--heldout-tasks`` train-split tasks (the
-validation split, never a test task) and the dev tasks again (what a gate would see), same seeds.
+starter at once (the TextWorld starter for every game, as the rule claim plays). Then both
+harnesses play the same ``--heldout-tasks`` train-split tasks (the validation split, never a test
+task) and the dev tasks again (what a gate would see), same seeds.
 It prints the rules and pass@2 of both harnesses with the paired difference and its 95% interval
 (tasks resampled). It measures the rules' reach, not an evolution: the gate ships one candidate at a
 time, and only on a pass@k flip, so a gain here that no single rule makes is out of an evolution's reach.
@@ -51,7 +53,8 @@ def play(data: Path, game: str, split: str, tasks: int, run_id: str, harness: Pa
          seed: int) -> dict[str, float]:
     """``hx run`` on the first ``tasks`` of ``split``: per task its pass@2."""
     role = "adaptation" if split == "dev" else "heldout"
-    out = subprocess.run([sys.executable, "-m", "hx", "--data-dir", str(data), "run", "--bench", f"twx:{game}",
+    bench = game if ":" in game else f"twx:{game}"
+    out = subprocess.run([sys.executable, "-m", "hx", "--data-dir", str(data), "run", "--bench", bench,
                           "--split", split, "--tasks", str(tasks), "--attempts", "2", "--role", role, "--seed",
                           str(seed), "--run-id", run_id, "--json", "--concurrency", "2",
                           *(["--harness", str(harness)] if harness else [])],
@@ -96,7 +99,8 @@ def mean(values: dict[str, float]) -> float:
 def main() -> None:
     """Per game: induce from a starter round, add every rule, compare pass@2 on validation and dev tasks."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--games", default=",".join(GAMES), help="comma-separated TextWorldExpress games")
+    parser.add_argument("--games", default=",".join(GAMES),
+                        help="comma-separated TextWorldExpress games, or bench:game (sciworld:use-thermometer)")
     parser.add_argument("--tasks", type=int, default=30, help="dev tasks to learn from (and to replay)")
     parser.add_argument("--heldout-tasks", type=int, default=30, help="train-split (validation) tasks")
     parser.add_argument("--seed", type=int, default=0)
