@@ -16,10 +16,11 @@ import pytest
 import yaml
 from hx_cli import error_line, hx, ok
 
+from hx.experiment import runner
 from hx.experiment.design import design_cells, units
 from hx.experiment.errors import ExperimentError
-from hx.experiment.levels import arm_of
-from hx.experiment.runner import attempt_outputs, run_events
+from hx.experiment.levels import Product, arm_of
+from hx.experiment.runner import ExperimentRun, attempt_outputs, run_events
 from hx.experiment.spec import parse_spec, spec_digest
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
@@ -211,6 +212,35 @@ def test_a_procedure_level_plays_its_evolutions_product_and_an_artifact_level_th
     assert conclusion(nats_url, "exp-evo").units == 6
 
 
+def test_a_forked_evolutions_units_play_the_variant_serving_their_cluster(
+        nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evolution that forked serves mapreader from another variant: the experiment plays that one there."""
+    base = starter_harness("textworld")
+    root, fork = base.remove("loop_detector"), base.remove("history_window")
+    spec = parse_spec({**SPEC, "tasks": ["twx:coin:dev:0", "twx:mapreader:dev:0"], "replications": 1,
+                       "controlled_variables": {"model": "random:", "max_steps": 4},
+                       "falsified_if": 'diff_high(passed, "evolved", "base") <= 0',
+                       "factors": [{"name": "p", "levels": ["base", "evolved"],
+                                    "scope": {"kind": "procedure", "target": "evolve",
+                                              "levels": {"base": None, "evolved": {"rounds": 1}}}}]})
+
+    async def made(*_: Any, **__: Any) -> dict[tuple[str, str, int], Product]:
+        # the product an evolution makes is covered above; here only what the play phase does with one
+        return {("p", "evolved", 0): Product(root, ModelConfig(main="random:"), {"twx:mapreader": fork})}
+
+    monkeypatch.setattr(runner, "make_products", made)
+
+    async def play() -> dict[tuple[int, str], str]:
+        async with connect(NatsSettings(url=nats_url)) as conn:
+            assert await ExperimentRun(spec, conn, run_id="exp-fork").run() is not None
+            return {(r.event.round, r.event.task_id): r.event.harness_digest
+                    async for r in conn.log.read(TRACE.name, subjects=[f"{trace_filter('exp-fork')[:-6]}.>"])
+                    if isinstance(r.event, AttemptStarted)}
+    played = asyncio.run(play())
+    assert played == {(0, "twx:coin:dev:0"): base.digest, (0, "twx:mapreader:dev:0"): base.digest,
+                      (1, "twx:coin:dev:0"): root.digest, (1, "twx:mapreader:dev:0"): fork.digest}
+
+
 def test_each_scope_changes_only_its_target() -> None:
     base = starter_harness("textworld")
     models = ModelConfig(main="random:")
@@ -247,9 +277,16 @@ def test_each_scope_changes_only_its_target() -> None:
                                     "scope": {"kind": "procedure", "target": "evolve",
                                               "levels": {"base": None, "evolved": {"rounds": 1},
                                                          "again": {"artifact_of": "evolved"}}}}]})
-    products = {("p", "evolved", 0): (product, models), ("p", "again", 0): (product, models)}
+    other = base.remove("history_window")
+    made = Product(product, models, {"twx:mapreader": other})
+    products = {("p", "evolved", 0): made, ("p", "again", 0): made}
     digests = {c.name: arm_of(spec, c, base, models, products).harness.digest for c in design_cells(spec)}
     assert digests == {"base": base.digest, "evolved": product.digest, "again": product.digest}
+    # a forked evolution's product: a unit plays the harness of the variant serving its task's cluster
+    evolved = arm_of(spec, design_cells(spec)[1], base, models, products)
+    assert evolved.harness_for("twx:mapreader:test:3").digest == other.digest
+    assert evolved.harness_for("twx:coin:test:3").digest == product.digest
+    assert arm_of(spec, design_cells(spec)[0], base, models, products).harness_for("twx:mapreader:dev:0") == base
     with pytest.raises(ExperimentError, match="not made yet"):
         arm_of(spec, design_cells(spec)[1], base, models, {})
 

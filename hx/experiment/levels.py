@@ -5,6 +5,11 @@
 - ``model``: the role's model spec is the level's value;
 - ``env``: the environment variable is the level's value (null: unset) while the unit's attempt runs;
 - ``procedure``: the level's product (a harness, for ``coevolve`` also a policy), made before the play phase.
+
+An evolution that forked ends with several variants, each serving some task clusters (``benchmark:game``): its
+product is the root's harness and, per cluster the root does not serve, the serving variant's (``Product.routes``).
+A unit plays the harness its task's cluster routes to (``Arm.harness_for``), as the evolution's own held-out
+evaluation does; the other scopes apply to each of them alike.
 """
 
 from __future__ import annotations
@@ -18,13 +23,25 @@ import msgspec
 
 from hx.experiment.design import Cell
 from hx.experiment.errors import ExperimentError
+from hx.gate.rule import cluster_of
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import CompositionError
 from hx.runtime.models import ModelConfig
 from schemas.experiment import ExperimentSpec, MutableScope
 
-Products = Mapping[tuple[str, str, int], tuple[HarnessConfig, ModelConfig]]
-"""(factor, level, procedure seed index) -> the harness and models a procedure level produced."""
+
+@dataclass(frozen=True)
+class Product:
+    """What a procedure level produced: its harness (the root variant's), models, and the other variants' routes."""
+
+    harness: HarnessConfig
+    models: ModelConfig
+    routes: Mapping[str, HarnessConfig] = field(default_factory=dict)
+    """Task cluster -> the harness of the variant serving it, where that is not the root."""
+
+
+Products = Mapping[tuple[str, str, int], Product]
+"""(factor, level, procedure seed index) -> what a procedure level produced."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,12 @@ class Arm:
     harness: HarnessConfig
     models: ModelConfig
     env: dict[str, str | None] = field(default_factory=dict)
+    routes: Mapping[str, HarnessConfig] = field(default_factory=dict)
+    """Task cluster -> the harness its units play, where not ``harness`` (a forked evolution's variants)."""
+
+    def harness_for(self, task: str) -> HarnessConfig:
+        """The harness a unit of ``task`` plays: its cluster's route, else the arm's harness."""
+        return self.routes.get(cluster_of(task), self.harness)
 
 
 def _processor_param(data: dict[str, Any], scope: MutableScope, value: Any, where: str) -> None:
@@ -72,6 +95,7 @@ def arm_of(spec: ExperimentSpec, cell: Cell, base: HarnessConfig, models: ModelC
            products: Products | None = None, seed_index: int = 0) -> Arm:
     """The harness, models and environment of one cell (with the products of one procedure seed)."""
     data = base.to_dict()
+    routes: dict[str, dict[str, Any]] = {}
     env: dict[str, str | None] = {}
     harness_changed = False
     for factor in spec.factors:
@@ -80,10 +104,12 @@ def arm_of(spec: ExperimentSpec, cell: Cell, base: HarnessConfig, models: ModelC
         value = scope.levels[level]
         where = f"factor {factor.name!r} level {level!r}"
         if scope.kind == "processor_param":
-            _processor_param(data, scope, value, where)
+            for each in (data, *routes.values()):
+                _processor_param(each, scope, value, where)
             harness_changed = True
         elif scope.kind == "processor":
-            _processor(data, scope, value)
+            for each in (data, *routes.values()):
+                _processor(each, scope, value)
             harness_changed = True
         elif scope.kind == "model":
             models = _model(models, scope.target, value)
@@ -93,12 +119,18 @@ def arm_of(spec: ExperimentSpec, cell: Cell, base: HarnessConfig, models: ModelC
             product = (products or {}).get((factor.name, level, seed_index))
             if product is None:
                 raise ExperimentError(f"{where}: its {scope.target} product is not made yet")
-            harness, models = product
-            data = harness.to_dict()
+            models = product.models
+            data = product.harness.to_dict()
+            routes = {cluster: h.to_dict() for cluster, h in product.routes.items()}
     harness = base
     if harness_changed or data != base.to_dict():
-        try:
-            harness = HarnessConfig.from_dict(data, where=f"cell {cell.name!r}'s harness")
-        except CompositionError as exc:
-            raise ExperimentError(str(exc)) from exc
-    return Arm(harness=harness, models=models, env=env)
+        harness = _built(data, f"cell {cell.name!r}'s harness")
+    built = {cluster: _built(d, f"cell {cell.name!r}'s harness for {cluster}") for cluster, d in routes.items()}
+    return Arm(harness=harness, models=models, env=env, routes=built)
+
+
+def _built(data: dict[str, Any], where: str) -> HarnessConfig:
+    try:
+        return HarnessConfig.from_dict(data, where=where)
+    except CompositionError as exc:
+        raise ExperimentError(str(exc)) from exc

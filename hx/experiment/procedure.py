@@ -3,7 +3,8 @@
 Every procedure level with options runs its own evolution (hx.aegis's service, the one
 ``hx evolve`` drives) under the run id ``<experiment run>-<factor>-<level>``, with the
 experiment's controlled model, step cap and seed, so the arms differ in the budget alone.
-The product is the harness the evolution ends with (its root variant's current version); a
+The product is the harness the evolution ends with: its root variant's current version, and for
+each task cluster the run routes to another variant (it forked), that variant's (``Product.routes``); a
 level ``{"artifact_of": L}`` plays level L's product. A resumed experiment reads a finished
 evolution's product from its ledger, resumes an unfinished one, and starts a missing one.
 
@@ -29,6 +30,7 @@ from hx.aegis.settings import EvolveSettings, InductionSettings
 from hx.environments.registry import Benchmark
 from hx.environments.rollout import RolloutSettings
 from hx.experiment.errors import ExperimentError
+from hx.experiment.levels import Product
 from hx.experiment.spec import artifact_of, mixed_of
 from hx.harness.config import HarnessConfig
 from hx.runtime.models import ModelConfig
@@ -155,9 +157,13 @@ async def final_policy(log: EventLog, run_id: str) -> PolicyVersion | None:
     return version
 
 
-def _product(ledger: RunLedger) -> HarnessConfig:
-    version = ledger.variants[ledger.root].current
-    return HarnessConfig.from_spec(version.harness, where=f"the harness run {ledger.run_id!r} ended with")
+def _product(ledger: RunLedger, games: Sequence[str], models: ModelConfig) -> Product:
+    """The run's final harnesses: the root variant's, and each given cluster's where another variant serves it."""
+    def harness(variant: str) -> HarnessConfig:
+        return HarnessConfig.from_spec(ledger.variants[variant].current.harness,
+                                       where=f"the harness variant {variant!r} of run {ledger.run_id!r} ended with")
+    routes = {cluster: harness(v) for cluster in games if (v := ledger.route(cluster)) != ledger.root}
+    return Product(harness(ledger.root), models, routes)
 
 
 def _procedure_levels(spec: ExperimentSpec) -> Iterator[tuple[Factor, str, Mapping[str, Any], str]]:
@@ -196,10 +202,10 @@ def seeds_of(spec: ExperimentSpec) -> tuple[int, ...]:
 
 async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping[str, Benchmark], *, run_id: str,
                         base: HarnessConfig, model: str, max_steps: int,
-                        concurrency: int) -> dict[tuple[str, str, int], tuple[HarnessConfig, ModelConfig]]:
+                        concurrency: int) -> dict[tuple[str, str, int], Product]:
     """Every procedure level's product per procedure seed (index), made (or read back from the log) in the spec's
     level order, seed by seed; then the levels that play another level's product, or mix two."""
-    products: dict[tuple[str, str, int], tuple[HarnessConfig, ModelConfig]] = {}
+    products: dict[tuple[str, str, int], Product] = {}
     games = sorted({":".join(task.split(":")[:2]) for task in spec.tasks})
     seeds = seeds_of(spec)
     for index, seed in enumerate(seeds):
@@ -214,7 +220,7 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
             evolution_id = procedure_run_id(run_id, factor.name, level) + (f"-s{seed}" if spec.procedure_seeds
                                                                            else "")
             products[(factor.name, level, index)] = await _made(conn, benches, request, evolution_id, base, model,
-                                                                target, where)
+                                                                target, where, games)
     for factor in spec.factors:
         if factor.scope.kind != "procedure":
             continue
@@ -226,15 +232,15 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
                     products[(factor.name, level, index)] = products[(factor.name, source, index)]
                 elif mixed is not None:
                     harness_of, policy_of = mixed
-                    harness = products[(factor.name, harness_of, index)][0] if harness_of else base
-                    models = (products[(factor.name, policy_of, index)][1] if policy_of
+                    models = (products[(factor.name, policy_of, index)].models if policy_of
                               else ModelConfig(main=model))
-                    products[(factor.name, level, index)] = (harness, models)
+                    made = products[(factor.name, harness_of, index)] if harness_of else Product(base, models)
+                    products[(factor.name, level, index)] = Product(made.harness, models, made.routes)
     return products
 
 
 async def _made(conn: Connection, benches: Mapping[str, Benchmark], request: EvolveRequest, evolution_id: str,
-                base: HarnessConfig, model: str, target: str, where: str) -> tuple[HarnessConfig, ModelConfig]:
+                base: HarnessConfig, model: str, target: str, where: str, games: Sequence[str]) -> Product:
     """One procedure run's product: made, resumed, or read back from its finished ledger."""
     ledger = await read_run_ledger(conn.log, evolution_id)
     if ledger is None or ledger.finished is None:  # made once; a resume goes on from the log
@@ -255,4 +261,4 @@ async def _made(conn: Connection, benches: Mapping[str, Benchmark], request: Evo
         if version is None:
             raise ExperimentError(f"{where}: co-evolution {evolution_id} left no learner record")
         models = ModelConfig(main=policy_spec(version))
-    return _product(ledger), models
+    return _product(ledger, games, models)

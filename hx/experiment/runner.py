@@ -307,7 +307,10 @@ class ExperimentRun:
 
     async def _play(self, rollout: Rollout, arms: Mapping[int, Arm], todo: list[Unit], tries: Mapping[Unit, int],
                     on_unit: UnitDone | None) -> None:
-        loops = {index: RunLoop(arm.models, arm.harness, log=self.log) for index, arm in arms.items()}
+        loops: dict[tuple[int, str], RunLoop] = {}  # (round, harness digest): a forked product plays several
+        for index, arm in arms.items():
+            for harness in (arm.harness, *arm.routes.values()):
+                loops.setdefault((index, harness.digest), RunLoop(arm.models, harness, log=self.log))
         queue = iter(todo)
         c = self.controlled
 
@@ -318,7 +321,7 @@ class ExperimentRun:
                 tid = TaskId.parse(unit.task)
                 attempt = attempt_number(unit, tries.get(unit, 0), self.spec.replications)
                 with _environment(arm.env):
-                    result = await loops[number].run(
+                    result = await loops[(number, arm.harness_for(unit.task).digest)].run(
                         rollout.make_task(tid), run_id=self.run_id, round=number, attempt=attempt,
                         seed=attempt_seed(self.spec.seed, unit.task, unit.replication), max_steps=c.max_steps,
                         timeout_s=c.timeout_s)
