@@ -20,6 +20,7 @@ from test_experiment_run import SPEC, conclusion, records, run, write
 from hx.experiment.claims import check_claim
 from hx.experiment.errors import SpecRejected
 from hx.experiment.spec import parse_spec, spec_digest
+from hx.harnesses import starter_harness_text
 from hx.intervals import crossed_contrast, task_mean
 from projections.ledger_reader import read_run_ledger
 from schemas.lifecycle import RoundStarted
@@ -155,3 +156,25 @@ def test_only_the_same_spec_shares_a_claims_test_tasks(tmp_path: Path) -> None:
             f"{registry}: claim 'first' is registered by two different specs, first.yaml and second.yaml; a claim "
             "is one spec") + "$"):
         check_claim(parse_spec(first), registry / "first.yaml", registry)
+
+
+def test_a_copy_naming_the_controlled_harness_by_its_absolute_path_is_the_same_claim(tmp_path: Path) -> None:
+    """A bench's copy of a claim names the harness file by its absolute path: the same file, the same claim; a
+    copy naming another harness file is another spec."""
+    registry = tmp_path / "specs"
+    (tmp_path / "harnesses").mkdir()
+    registry.mkdir()
+    for name in ("textworld.yaml", "other.yaml"):
+        (tmp_path / "harnesses" / name).write_text(starter_harness_text("textworld"))
+    first = {**claim(["twx:coin:test:200"], "first"),
+             "controlled_variables": {"model": "random:", "harness": "../harnesses/textworld.yaml"}}
+    write(registry, first, "first.yaml")
+    data = tmp_path / "data"
+    data.mkdir()
+    same = {**first, "controlled_variables": {"model": "random:",
+                                              "harness": str(tmp_path / "harnesses" / "textworld.yaml")}}
+    check_claim(parse_spec(same), write(data, same, "spec.yaml"), registry)
+    elsewhere = str(tmp_path / "harnesses" / "other.yaml")
+    other = {**first, "controlled_variables": {"model": "random:", "harness": elsewhere}}
+    with pytest.raises(SpecRejected, match="under this claim's name, a different spec"):
+        check_claim(parse_spec(other), write(data, other, "other.yaml"), registry)

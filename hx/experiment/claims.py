@@ -9,7 +9,8 @@ spec's own directory), nor a range the registry declares spent in ``spent-test-r
     - {tasks: "<bench>:<game>:test:0-199", by: "figures before pre-registration"}
 
 A spec is not in conflict with itself: the same file, or a registry spec with the same spec
-digest (a bench runs a copy of the committed spec in its data directory). A registry spec under
+digest (a bench runs a copy of the committed spec in its data directory), its controlled harness
+path read from where each spec lies (the copy may name the file by its absolute path). A registry spec under
 the same claim name whose digest differs is another claim's. Two registry specs under one claim
 name with different digests are an error naming both files (which one is the claim?). Anything
 else is one line naming the task and the claim that used it.
@@ -22,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from hx.experiment.errors import SpecRejected
 from hx.experiment.spec import parse_spec, spec_digest
@@ -52,6 +55,17 @@ def _spent(path: Path) -> Iterator[tuple[str, str]]:
             yield f"{found['game']}:test:{n}", f"{entry.get('by') or 'a spent range'} ({path.name})"
 
 
+def claim_digest(spec: ExperimentSpec, path: Path | None) -> str:
+    """The spec's digest with its controlled harness path resolved against the spec's folder: one claim's copies
+    agree wherever they lie."""
+    harness = spec.controlled_variables.get("harness")
+    if not isinstance(harness, str) or not harness:
+        return spec_digest(spec)
+    folder = path.parent if path is not None else Path(".")
+    controlled = {**spec.controlled_variables, "harness": str((folder / harness).resolve())}
+    return spec_digest(msgspec.structs.replace(spec, controlled_variables=controlled))
+
+
 @dataclass(frozen=True)
 class RegisteredClaim:
     """A claim spec of the registry: its claim name, file, spec digest and test tasks."""
@@ -64,7 +78,7 @@ class RegisteredClaim:
     @classmethod
     def of(cls, path: Path, spec: ExperimentSpec) -> RegisteredClaim:
         """The claim the spec read from ``path`` registers."""
-        return cls(spec.claim, path, spec_digest(spec), frozenset(test_tasks(spec.tasks)))
+        return cls(spec.claim, path, claim_digest(spec, path), frozenset(test_tasks(spec.tasks)))
 
 
 def _claims(registry: Path, own: Path | None) -> list[RegisteredClaim]:
@@ -98,7 +112,7 @@ def check_claim(spec: ExperimentSpec, path: Path | None, registry: Path) -> None
     used: dict[str, str] = {}
     if (registry / SPENT).is_file():
         used.update(_spent(registry / SPENT))
-    digest = spec_digest(spec)
+    digest = claim_digest(spec, path)
     for other in _claims(registry, path):
         if other.digest == digest:  # this very spec, registered (a bench runs a copy of it)
             continue
