@@ -189,8 +189,11 @@ def test_the_rule_claim_plays_every_shipped_game_and_three_large_sciworld_tasks_
     same = [{k: v for k, v in levels[arm].items() if k != "evolver"} for arm in ("catalog", "both")]
     assert same[0] == same[1] and same[0]["benches"] == games  # one budget, one stop rule, every game
     claim = load_spec(RULES.parent / "evolution_efficacy.yaml").factors[0].scope.levels["evolved"]
-    assert {k: v for k, v in same[0].items() if k != "benches"} == {k: v for k, v in claim.items()
-                                                                  if k not in ("benches", "evolver")}
+    induction = ("induce_support", "induce_lift", "induce_against")
+    assert {k: v for k, v in same[0].items() if k not in ("benches", *induction)} == {
+        k: v for k, v in claim.items() if k not in ("benches", "evolver")}
+    # the thresholds the validation grid chose (bench/induction_thresholds.py), pinned before any arm ran
+    assert [same[0][k] for k in induction] == [2, 1.5, 0.1]
     assert spec.procedure_seeds == (0, 1, 2) and spec.replications == 6 and spec.per_game
     assert {tuple(p) for p in spec.comparisons} == {("both", "starter"), ("catalog", "starter"), ("both", "catalog")}
     assert (RULES.parent / spec.controlled_variables["harness"]).is_file()
