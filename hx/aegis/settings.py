@@ -105,13 +105,14 @@ def gate_suite(name: str) -> Suite:
 
 
 class InductionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The rule induction's thresholds (the ``induced`` evolver's; chosen on the validation split)."""
+    """The rule induction's thresholds (the ``induced`` evolver's): the defaults were chosen on the validation split
+    (``bench/induction_thresholds.py``: every setting of its grid tied, its tie rule took the smallest)."""
 
-    min_support: int = 3
+    min_support: int = 2
     """Fewest tasks a rule must rest on (attempts of one task are not independent evidence of a rule)."""
     max_against: float = 0.1
     """Most steps speaking against a rule, as a fraction of the tasks it rests on."""
-    min_lift: float = 2.0
+    min_lift: float = 1.5
     """How many times more often a preferred action must be useful than the others."""
 
     def __post_init__(self) -> None:

@@ -95,11 +95,11 @@ DEFAULT_MODEL = "random:"
               help="sequential: the exact test's one-sided level.")
 @click.option("--gate-waves", type=int, default=3, show_default=True, metavar="N",
               help="sequential: the most waves of k paired seeds a task the candidate trails plays.")
-@click.option("--induce-support", type=int, default=3, show_default=True, metavar="N",
+@click.option("--induce-support", type=int, default=InductionSettings().min_support, show_default=True, metavar="N",
               help="induced evolver: the fewest tasks a learnt rule must rest on.")
-@click.option("--induce-lift", type=float, default=2.0, show_default=True, metavar="X",
+@click.option("--induce-lift", type=float, default=InductionSettings().min_lift, show_default=True, metavar="X",
               help="induced evolver: how many times more often a preferred action must be useful than the others.")
-@click.option("--induce-against", type=float, default=0.1, show_default=True, metavar="F",
+@click.option("--induce-against", type=float, default=InductionSettings().max_against, show_default=True, metavar="F",
               help="induced evolver: the most steps against a rule, as a fraction of the tasks it rests on.")
 @click.option("--approve", is_flag=True, help="Ask for approvals at the terminal instead of waiting for hx approve.")
 @click.option("--run-id", callback=run_id_option, help="Run id  [default: evolve-<UTC time>-<random>]")

@@ -49,7 +49,8 @@ from streams.topology import LEARN, subject_token
 EVOLVE_OPTIONS: dict[str, Any] = {
     "rounds": 2, "patience": 2, "candidates": 2, "tasks": 3, "heldout_tasks": 3, "heldout_split": "train",
     "attempts": 1, "evolver": "offline", "strategy": "ensemble",
-    "induce_support": 3, "induce_lift": 2.0, "induce_against": 0.1,
+    "induce_support": InductionSettings().min_support, "induce_lift": InductionSettings().min_lift,
+    "induce_against": InductionSettings().max_against,
 }
 
 
