@@ -21,7 +21,7 @@ from hx.experiment.design import design_cells, units
 from hx.experiment.errors import ExperimentError
 from hx.experiment.levels import Product, arm_of
 from hx.experiment.runner import ExperimentRun, attempt_outputs, run_events
-from hx.experiment.spec import parse_spec, spec_digest
+from hx.experiment.spec import parse_spec, spec_digest, spec_to_dict
 from hx.harness.config import HarnessConfig
 from hx.harnesses import starter_harness
 from hx.runtime.models import ModelConfig
@@ -287,6 +287,16 @@ def test_each_scope_changes_only_its_target() -> None:
     assert evolved.harness_for("twx:mapreader:test:3").digest == other.digest
     assert evolved.harness_for("twx:coin:test:3").digest == product.digest
     assert arm_of(spec, design_cells(spec)[0], base, models, products).harness_for("twx:mapreader:dev:0") == base
+    # a factor listed before the procedure changes the product too, and each routed harness alike
+    crossed = parse_spec({**spec_to_dict(spec), "design": "factorial", "factors": [
+        {"name": "d", "levels": ["on", "off"], "scope": {"kind": "processor", "target": "loop_detector",
+                                                         "levels": {"on": True, "off": False}}},
+        *spec_to_dict(spec)["factors"]]})
+    [off] = [c for c in design_cells(crossed) if c.name == "d=off,p=evolved"]
+    crossed_arm = arm_of(crossed, off, base, models, products)
+    for harness in (crossed_arm.harness, crossed_arm.harness_for("twx:mapreader:dev:0")):
+        assert "loop_detector" not in [p["type"] for p in harness.to_dict()["processors"]]
+    assert crossed_arm.harness_for("twx:mapreader:dev:0").digest == other.remove("loop_detector").digest
     with pytest.raises(ExperimentError, match="not made yet"):
         arm_of(spec, design_cells(spec)[1], base, models, {})
 

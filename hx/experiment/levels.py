@@ -98,7 +98,8 @@ def arm_of(spec: ExperimentSpec, cell: Cell, base: HarnessConfig, models: ModelC
     routes: dict[str, dict[str, Any]] = {}
     env: dict[str, str | None] = {}
     harness_changed = False
-    for factor in spec.factors:
+    # a procedure's product replaces the harness: apply it first, so the other factors change the product
+    for factor in sorted(spec.factors, key=lambda f: f.scope.kind != "procedure"):
         level = cell.level(factor.name)
         scope = factor.scope
         value = scope.levels[level]
