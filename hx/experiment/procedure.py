@@ -32,6 +32,7 @@ from hx.environments.rollout import RolloutSettings
 from hx.experiment.errors import ExperimentError
 from hx.experiment.levels import Product
 from hx.experiment.spec import artifact_of, mixed_of
+from hx.gate.rule import cluster_of
 from hx.harness.config import HarnessConfig
 from hx.runtime.models import ModelConfig
 from projections.ledger import RunLedger
@@ -207,7 +208,7 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
     """Every procedure level's product per procedure seed (index), made (or read back from the log) in the spec's
     level order, seed by seed; then the levels that play another level's product, or mix two."""
     products: dict[tuple[str, str, int], Product] = {}
-    games = sorted({":".join(task.split(":")[:2]) for task in spec.tasks})
+    games = sorted({cluster_of(task) for task in spec.tasks})  # the clusters a forked product routes
     seeds = seeds_of(spec)
     for index, seed in enumerate(seeds):
         for factor, level, options, where in _procedure_levels(spec):
