@@ -23,7 +23,8 @@ class CatalogAndInduced(Evolver):
     name = "offline+induced"
 
     def __init__(self) -> None:
-        self.parts: tuple[Evolver, ...] = (OfflineEvolver(), InducedEvolver())
+        self.induced = InducedEvolver()
+        self.parts: tuple[Evolver, ...] = (OfflineEvolver(), self.induced)
         self.notes: list[str] = []
 
     @classmethod
@@ -34,7 +35,6 @@ class CatalogAndInduced(Evolver):
     async def propose(self, context: Context, k: int) -> list[Proposal]:
         """Up to ``k`` candidates, the parts' proposals interleaved (each edit once)."""
         lists = [await part.propose(context, k) for part in self.parts]
-        self.notes = [n for part in self.parts for n in getattr(part, "notes", [])]
         out: list[Proposal] = []
         seen: set[tuple[str, tuple[str, ...]]] = set()
         for turn in zip_longest(*lists):
@@ -45,4 +45,8 @@ class CatalogAndInduced(Evolver):
                 if key not in seen:
                     seen.add(key)
                     out.append(proposal)
+        # The induced evolver counted its rules left after all k of its own; the round tries only those taken here.
+        said = self.induced.note(out)
+        self.notes = [said if part is self.induced and n.startswith("induced: ") and "untried" in n else n
+                      for part in self.parts for n in getattr(part, "notes", [])]
         return out

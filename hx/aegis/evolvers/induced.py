@@ -59,6 +59,8 @@ class InducedEvolver(Evolver):
         self.settings = settings or InductionSettings()
         """Thresholds for a context without the run's settings (the run's ``loop.induction`` wins)."""
         self.notes: list[str] = []
+        self._last: tuple[int, int, list[tuple[str, tuple[AnyEditOp, ...]]]] = (0, 0, [])
+        """Rules induced, attempts read and the new rule candidates (variant, edits), in the last ``propose``."""
 
     async def propose(self, context: Context, k: int) -> list[Proposal]:
         """Up to ``k`` candidates: reverts of suspected rules, the heaviest untried rules, then parameter moves."""
@@ -70,7 +72,7 @@ class InducedEvolver(Evolver):
         found = induce(traces, context.settings.induction if context.settings else self.settings)
         new: list[Proposal] = []
         stale: list[Proposal] = []
-        untried = 0
+        untried: list[tuple[str, tuple[AnyEditOp, ...]]] = []
         for variant, vstate in sorted(context.state.live().items()):
             mine = [d for d in context.digests if d.variant == variant]
             candidates = [*self._drops(context, variant, vstate.harness), *self._rules(found, variant,
@@ -80,14 +82,23 @@ class InducedEvolver(Evolver):
                 status = standing(context, variant, proposal.operations)
                 if status == "new":
                     new.append(proposal)
-                    untried += any(isinstance(op, AddRule) for op in proposal.operations)
+                    if any(isinstance(op, AddRule) for op in proposal.operations):
+                        untried.append((variant, proposal.operations))
                 elif status == "stale":
                     stale.append(proposal)
         chosen = (new + stale)[:k]
-        left = untried - sum(any(isinstance(op, AddRule) for op in p.operations) for p in chosen)
-        self.notes.append(f"induced: {len(found)} rule(s) from {len(traces)} attempt(s); {left} untried rule "
-                          "candidate(s) left after this round's")
+        self._last = (len(found), len(traces), untried)
+        self.notes.append(self.note(chosen))
         return [completed(context, p) for p in chosen]
+
+    def note(self, taken: Sequence[Proposal]) -> str:
+        """What the last ``propose`` induced, and how many untried rule candidates are left once ``taken`` (the
+        proposals of it the round actually judges) are tried."""
+        found, attempts, untried = self._last
+        tried = [(p.variant, p.operations) for p in taken]  # a list: a Reparam's params (a dict) do not hash
+        left = sum(key not in tried for key in untried)
+        return f"induced: {found} rule(s) from {attempts} attempt(s); {left} untried rule candidate(s) left after " \
+               "this round's"
 
     def _rules(self, found: Sequence[Induced], variant: str, harness: HarnessConfig,
                digests: Sequence[TaskDigest]) -> list[Proposal]:
