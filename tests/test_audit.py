@@ -19,6 +19,7 @@ from toybench import ids as toy_ids
 
 from hx.cli.audit import EXIT_NOT_VERIFIED
 from hx.environments.rollout import Rollout, RolloutSettings, RoundLabel
+from hx.harness.edits import apply
 from schemas.edits import Anchor, Manifest
 from schemas.envelope import HX_SCHEMA_VERSION, HX_TYPE
 from schemas.ledger import GateCheck, GateJudged, HeldoutScored, RoundDigested
@@ -307,6 +308,32 @@ def test_a_trace_round_cited_for_what_it_was_not_is_named(evolved: EvolvedRun) -
             "a heldout round of round 0") in report
     assert ("event 3 (ledger.heldout_scored): cites trace round 0 as a heldout round; the trace says it is a main "
             "round of round 0") in report
+
+
+def test_a_round_that_played_another_harness_than_the_ledger_says_is_named(evolved: EvolvedRun) -> None:
+    """A ledger opened with one harness whose round digest and held-out score cite rounds the starter played: what
+    they cite is of the right kind, but not of the harness the ledger says was there."""
+    async def rounds() -> None:
+        async with connect(NatsSettings(url=evolved.url)) as conn:
+            rollout = Rollout([ToyBench()], RANDOM, STARTER, log=conn.log,
+                              settings=RolloutSettings(attempts=1, max_steps=4))
+            await rollout.start("played", kind="evolve")
+            await rollout.run_round("played", 0, toy_ids("walk", 1), label=RoundLabel(purpose="main", variant="v0",
+                                                                                      stage_round=0))
+            await rollout.run_round("played", 1, toy_ids("easy", 1, "test"), role="heldout",
+                                    label=RoundLabel(purpose="heldout", variant="v0", stage_round=0))
+    asyncio.run(rounds())
+    other = apply(STARTER, (attach("explore_untried"),))
+    run = LedgerRun(other, run_id="played")
+    run.records.append(RoundDigested(run_id="played", round=0, actionability=1.0, trace_rounds=(0,)))
+    run.records.append(HeldoutScored(run_id="played", round=0, trace_round=1, heldout_digest="", tasks=1))
+    write_ledger(evolved.url, run)
+    report = unwrapped(not_verified(evolved.hx("audit", "verify", "played")))
+    played, said = f"played harness {STARTER.digest[:19]}...", f"{other.digest[:19]}..."
+    assert (f"event 2 (ledger.round_digested): trace round 0 {played}, but it stands for the harness v0 had during "
+            f"round 0, {said}") in report
+    assert (f"event 3 (ledger.heldout_scored): trace round 1 {played}, but it stands for the harness v0 had when the "
+            f"score was recorded, {said}") in report
 
 
 def test_a_ledger_event_this_hx_cannot_read_is_an_error_not_a_dropped_event(evolved: EvolvedRun) -> None:

@@ -20,6 +20,7 @@ from hx.aegis.settings import EvolveSettings, GateSettings
 from hx.gate.interval import interval_figures
 from hx.gate.rule import CHECKS, Fresh, Verdict, checks_of, disagreement, outcomes, seesaw
 from hx.gate.sequential import Tries
+from hx.harness.config import HarnessConfig
 from hx.harness.edits import apply
 from hx.intervals import Verdict as Keep
 from hx.replay.ledger_checks import Problem, check_decisions
@@ -125,12 +126,13 @@ def test_an_unknown_interval_mode_is_one_error_line(tmp_path: object) -> None:
 
 
 def ledger_of(run_id: str, gate: GateSettings, digested: RoundDigested, cand: CandidateProposed,
-              verdict: GateJudged) -> RunLedger:
-    """The run's ledger as the loop records it (the fold the audit reads), its job with these gate settings."""
+              verdict: GateJudged, opened: HarnessConfig = BASE) -> RunLedger:
+    """The run's ledger as the loop records it (the fold the audit reads), its job with these gate settings, opened
+    with the harness its main round played."""
     job = EvolveJob(run_id=run_id, benches=("toyworld",), adaptation=(), heldout=(),
                     loop=EvolveSettings(strategy="global", gate=gate))
     events: Sequence[LedgerEvent] = (
-        LedgerOpened(run_id=run_id, strategy="global", harness=BASE.spec(), digest=BASE.digest,
+        LedgerOpened(run_id=run_id, strategy="global", harness=opened.spec(), digest=opened.digest,
                      settings=msgspec.to_builtins(job)), digested, cand, verdict)
     ledger = RunLedger(run_id=run_id)
     for position, event in enumerate(events, 1):
@@ -173,10 +175,15 @@ async def test_a_gate_run_rejects_at_interval_what_the_seesaw_ships_and_the_audi
     recorded = GateJudged(run_id=run_id, round=0, candidate=cand.candidate, variant="v0", passed=False,
                           checks=tuple(verdict.checks), first_failure="interval", flips=tuple(verdict.flips),
                           outcome="reject", trace_rounds=verdict.trace_rounds)
-    honest = ledger_of(run_id, GateSettings(interval="keep"), digested, cand, recorded)
+    honest = ledger_of(run_id, GateSettings(interval="keep"), digested, cand, recorded, opened=tight)
     assert decisions(check_decisions(honest)[1]) == []
     found = await check_trace(conn.log, honest)
-    assert decisions(found.problems) == [] and found.recomputed == 1
+    assert found.problems == [] and found.recomputed == 1 and found.played == 1 + len(verdict.trace_rounds)
+    # A ledger that says the run began with the starter: its round digest reads a main round of another harness.
+    [said] = (await check_trace(conn.log, ledger_of(run_id, GateSettings(interval="keep"), digested, cand,
+                                                    recorded))).problems
+    assert said.text == (f"event 2 (ledger.round_digested): trace round {main} played harness {tight.digest[:19]}..., "
+                         f"but it stands for the harness v0 had during round 0, {BASE.digest[:19]}...")
 
     # A forger passes the interval check and ships: the verdict follows from its own checks, not from the trace.
     forged_checks = (*verdict.checks[:-1], msgspec.structs.replace(verdict.checks[-1], passed=True),

@@ -157,6 +157,15 @@ async def test_a_regression_is_played_out_in_waves_and_the_audit_decides_it_agai
     assert decisions(check_decisions(honest)[1]) == []
     found = await check_trace(conn.log, honest)
     assert decisions(found.problems) == [] and found.recomputed == 1
+    assert found.problems == [] and found.played == 1 + len(verdict.trace_rounds)  # the main round and each gate's
+    # Each wave's halves cited the other way round: the counts may still fit a verdict, the harnesses do not.
+    first, *later = verdict.trace_rounds
+    swapped = (first, *(r for i in range(0, len(later), 2) for r in (later[i + 1], later[i])))
+    crossed = await check_trace(conn.log, ledger_of(run_id, rule, digested, cand,
+                                                    msgspec.structs.replace(recorded, trace_rounds=swapped)))
+    said = [p.text for p in crossed.problems if p.kind == "input"]
+    assert said == [f"event 4 (ledger.gate_judged): trace round {swapped[1]} played harness {cand.digest[:19]}..., "
+                    f"but it stands for v0's harness (a wave's base half), {BASE.digest[:19]}..."]
     # Decided by the retry rule, the same rounds are not what that rule plays.
     [retry] = decisions((await check_trace(conn.log, ledger_of(run_id, GateSettings(), digested, cand,
                                                                 recorded))).problems)

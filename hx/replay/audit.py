@@ -36,8 +36,8 @@ from streams.log import EventLog
 from streams.signing import fingerprint
 from streams.topology import TRACE
 
-NOT_ON_FILE = ("the trace rounds that digests, gate verdicts and held-out scores cite, and the seesaw of every gate "
-               "verdict recomputed from them (HX_TRACE)",
+NOT_ON_FILE = ("the trace rounds that digests, gate verdicts and held-out scores cite, the harness each of them "
+               "played, and the seesaw of every gate verdict recomputed from them (HX_TRACE)",
                "the evidence anchors of candidates and digests (HX_TRACE)")
 """What a verification of a file cannot check: it holds the ledger, not the trace."""
 
@@ -56,6 +56,8 @@ class Verification:
     trace_rounds: int = 0
     recomputed: int = 0
     """Gate verdicts whose seesaw the gate's rule gave again from the trace rounds they cite."""
+    played: int = 0
+    """Cited main and gate rounds whose recorded harness digest is the one they stand for."""
     signed: int = 0
     """Events that verify with the key the run's ledger was opened with."""
     key: str = ""
@@ -80,7 +82,8 @@ class Verification:
         where = "on the log" if self.source == "log" else "on the file"
         if self.ok:
             extra = (f" ({self.anchors} evidence anchors and {self.trace_rounds} trace rounds found on "
-                     f"{TRACE.name}, {self.recomputed} seesaws recomputed from them)" if self.source == "log" else "")
+                     f"{TRACE.name}, {self.played} of them seen to play the harness they stand for, "
+                     f"{self.recomputed} seesaws recomputed from them)" if self.source == "log" else "")
             return (f"verified: {self.events} events, chain intact, {self.ships} ships equal their folds, "
                     f"{self.verdicts} verdicts with inputs {where}{extra}")
         kinds = sorted({p.kind for p in self.problems})
@@ -133,6 +136,7 @@ async def verify_ledger(log: EventLog, ledger: RunLedger, plugin_dir: Path | Non
         found = await check_trace(log, ledger)
         out.problems += found.problems
         out.anchors, out.trace_rounds, out.recomputed = found.anchors, found.rounds, found.recomputed
+        out.played = found.played
         out.verdicts -= sum(1 for c in ledger.candidates.values()
                             if c.gate is not None and c.id in found.bad_candidates)
         out.verdicts -= sum(1 for n in found.bad_rounds if n in ledger.rounds and ledger.rounds[n].critic is not None)
