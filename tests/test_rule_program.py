@@ -379,6 +379,18 @@ async def test_a_before_tool_rule_refuses_the_call_and_says_why() -> None:
     assert plain.result.output == "An orchard."
 
 
+async def test_a_before_tool_rule_never_refuses_the_only_way_on() -> None:
+    """Where every action offered matches the rule, the call goes through: refusing it would leave the model nothing
+    to do but be refused again until the step budget ends the attempt."""
+    attempt = Pipelines(program(Rule(do=Avoid(what=Pattern(starts="eat")), at="before_tool")))
+    await attempt.start("Eat well.")
+    await attempt.offer(1, "eat apple", "eat pear")
+    assert (await attempt.call(1, "eat apple")).approved
+    await attempt.result(1, "eat apple", "Crunchy.")
+    await attempt.offer(2, "eat pear", "look")
+    assert not (await attempt.call(2, "eat pear")).approved  # look is offered: the rule refuses
+
+
 async def test_before_tool_restrictions_follow_the_attempt() -> None:
     once = Rule(do=ForbidRepeat(what=Pattern(starts="open")), at="before_tool")
     order = Rule(do=RequireBefore(first=Pattern(starts="unlock"), then=Pattern(starts="open", mentions=("chest",))),

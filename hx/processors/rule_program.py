@@ -8,7 +8,9 @@ whose conditions hold narrows the offer in two passes: first the restrictions (`
 program order; a rule that would leave nothing is passed over, so the offer is never
 narrowed to nothing and the before_model contract holds unchanged. At ``before_tool`` the
 restrictions written for that hook refuse a matching call, with the rule's sentence as the
-reason the model reads. Nothing is kept from one attempt to the next.
+reason the model reads, unless the offer the model last got holds no other action the rule
+lets through (there too a rule never leaves nothing). Nothing is kept from one attempt to
+the next.
 
 A program is checked when the harness is built (``check``): a rule of a newer language,
 one that cannot act at its hook, one that matches no action or every action where that
@@ -182,6 +184,8 @@ class RuleProgram(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
         self._view = AttemptView()
         self._refusals = Refusals()
         self._calls = [r for r in self.rules if r.at == "before_tool"]
+        self._offer: tuple[str, ...] = ()
+        """The actions the model was last offered (empty: not known, a free-form tool)."""
 
     async def process(self, event: TaskStart | BeforeModel | BeforeTool | AfterTool) -> AsyncIterator[
             TaskStart | BeforeModel | BeforeTool | AfterTool]:
@@ -190,6 +194,7 @@ class RuleProgram(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
             # A new attempt: nothing seen, nothing refused (a reused instance must not explain an old call id).
             self._view = AttemptView(event.task.instruction)
             self._refusals = Refusals()
+            self._offer = ()
             yield event
         elif isinstance(event, AfterTool):
             action = action_of(event.call)
@@ -209,8 +214,10 @@ class RuleProgram(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
         self._view.enter(state_key(full) if full else "")
         offered = choices(event.tools)
         if not offered or not self.rules:
+            self._offer = offered
             return event
         keep = set(narrow(self.rules, offered, self._view))
+        self._offer = tuple(a for a in offered if a in keep)
         return narrowed(event, lambda a: a in keep) if len(keep) < len(offered) else event
 
     def _before_tool(self, event: BeforeTool) -> BeforeTool:
@@ -219,6 +226,9 @@ class RuleProgram(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
             return event
         for rule in self._calls:
             keep = restriction(rule, self._view) if all_hold(rule.when, self._view) else None
-            if keep is not None and not keep(action):
+            # As at before_model, a rule never leaves nothing: with no other action offered that it lets through,
+            # refusing would only spend the attempt's steps on refusals.
+            if keep is not None and not keep(action) and (not self._offer or any(
+                    keep(a) for a in self._offer if a != action)):
                 return self._refusals.refuse(event, f"the harness's rule: {sentence(rule)}")
         return event
