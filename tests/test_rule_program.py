@@ -318,10 +318,10 @@ class Pipelines:
             id=f"c{step}", name="act", input={"action": action}), offered=("act",)))
         return out
 
-    async def result(self, step: int, action: str, output: str) -> AfterTool:
+    async def result(self, step: int, action: str, output: str, *, error: bool = False) -> AfterTool:
         call = ToolCall(id=f"c{step}", name="act", input={"action": action})
         out: AfterTool = await self.one("after_tool", AfterTool(step=step, call=call, result=ToolResult(
-            call_id=call.id, name="act", output=output)))
+            call_id=call.id, name="act", output=output, is_error=error)))
         return out
 
 
@@ -397,6 +397,8 @@ async def test_before_tool_restrictions_follow_the_attempt() -> None:
                  at="before_tool")
     attempt = Pipelines(program(once, order))
     await attempt.start("Open things.")
+    assert (await attempt.call(1, "open door")).approved
+    await attempt.result(1, "open door", "the episode is over", error=True)  # a failed call was not taken either
     assert (await attempt.call(1, "open door")).approved
     await attempt.result(1, "open door", "Opened.")
     assert not (await attempt.call(2, "open door")).approved

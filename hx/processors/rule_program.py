@@ -198,7 +198,8 @@ class RuleProgram(Processor, kw_only=True, dict=True, forbid_unknown_fields=True
             yield event
         elif isinstance(event, AfterTool):
             action = action_of(event.call)
-            if action is not None and not event.result.output.startswith(BLOCKED):
+            # a blocked or failed call (a malformed one, one after the episode ended) did not happen in the world
+            if action is not None and not event.result.is_error and not event.result.output.startswith(BLOCKED):
                 self._view.took(action, event.result.output)
             yield self._refusals.explain(event)
         elif isinstance(event, BeforeModel):
