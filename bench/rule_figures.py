@@ -10,7 +10,8 @@ Beside the spec runner's table, ``bench/evolution_efficacy.py --suite rules`` pr
   shown below 0;
 - per evolution run (ledger): rounds and their outcomes, ``no_candidate`` rounds (and those whose notes still
   count untried rules), the propose stage's time against the run's wall time, attempts, held-out pass@2 before and
-  after, and the rules it shipped as sentences.
+  after, and the rules it shipped as sentences; per arm, the gate's verdicts on processor edits and on rule edits
+  (shipped, forked, or the check that turned them down), which says where a null arm's candidates stopped.
 
 The propose stage's time of a round is the ledger's clock (``at_ns``) from its ``LandscapePlanned`` to its first
 ``CandidateProposed`` (to its ``RoundDecided`` when it proposed none): the evolver's work, catalog and induction
@@ -29,7 +30,7 @@ from typing import Any
 from hx.experiment.procedure import procedure_run_id
 from projections.ledger import RunLedger
 from projections.ledger_reader import read_run_ledger
-from schemas.edits import AddRule
+from schemas.edits import AddRule, DropRule
 from schemas.rules import sentence
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -143,6 +144,8 @@ class RunFigures:
     heldout: tuple[float | None, float | None] = (None, None)
     rules: list[str] = field(default_factory=list)
     """The rules it shipped, as sentences."""
+    verdicts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Gate verdicts by (what the candidate edits: ``rule`` or ``processor``, its outcome or first failed check)."""
 
 
 def run_figures(ledger: RunLedger, arm: str) -> RunFigures:
@@ -164,6 +167,9 @@ def run_figures(ledger: RunLedger, arm: str) -> RunFigures:
     if ledger.heldout:
         out.heldout = (ledger.heldout[0].pass_at_2, ledger.heldout[-1].pass_at_2)
     for cand in ledger.candidates.values():
+        if cand.gate is not None:
+            kind = "rule" if any(isinstance(op, AddRule | DropRule) for op in cand.proposal.operations) else "processor"
+            out.verdicts[kind, cand.gate.first_failure or cand.gate.outcome] += 1
         if cand.shipped_position:
             out.rules += [sentence(op.rule, op.support) for op in cand.proposal.operations if isinstance(op, AddRule)]
     return out
@@ -218,6 +224,11 @@ def print_runs(runs: Sequence[RunFigures]) -> None:
         print(f"{arm}: no_candidate rounds {idle} (while untried rules remained: {sum(r.untried_idle for r in mine)});"
               f" propose stage {propose:.1f} s of {wall:.1f} s wall"
               + (f" = {propose / wall:.2%}" if wall else ""))
+        verdicts: Counter[tuple[str, str]] = sum((r.verdicts for r in mine), Counter())
+        for kind in ("processor", "rule"):
+            said = ", ".join(f"{why} {n}" for (k, why), n in sorted(verdicts.items()) if k == kind)
+            if said:
+                print(f"  gate verdicts on {kind} edits: {said}")
     both = [r for r in runs if r.arm == "both"]
     wall = sum(r.wall_s for r in both)
     if wall:

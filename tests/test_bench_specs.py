@@ -298,3 +298,7 @@ def test_the_rule_figures_read_each_evolution_the_experiment_made_from_its_ledge
         assert rnd.landscape is not None and rnd.proposed  # the round proposed: the landscape to its first candidate
         assert r.propose_s == (rnd.proposed[0].at_ns - rnd.landscape.at_ns) / 1e9 and 0 < r.propose_s < r.wall_s
         assert r.heldout == (ledger.heldout[0].pass_at_2, ledger.heldout[-1].pass_at_2) and None not in r.heldout
+        judged = [c for c in ledger.candidates.values() if c.gate is not None]
+        assert sum(r.verdicts.values()) == len(judged) > 0
+        assert r.arm == "both" or {kind for kind, _ in r.verdicts} == {"processor"}  # the catalog edits no rule
+        assert {why for _, why in r.verdicts} == {c.gate.first_failure or c.gate.outcome for c in judged}
