@@ -57,7 +57,7 @@ class Verification:
     recomputed: int = 0
     """Gate verdicts whose seesaw the gate's rule gave again from the trace rounds they cite."""
     played: int = 0
-    """Cited main and gate rounds whose recorded harness digest is the one they stand for."""
+    """Rounds whose recorded harness is the one they stand for (a held-out score's every round, routing included)."""
     signed: int = 0
     """Events that verify with the key the run's ledger was opened with."""
     key: str = ""
@@ -82,7 +82,7 @@ class Verification:
         where = "on the log" if self.source == "log" else "on the file"
         if self.ok:
             extra = (f" ({self.anchors} evidence anchors and {self.trace_rounds} trace rounds found on "
-                     f"{TRACE.name}, {self.played} of them seen to play the harness they stand for, "
+                     f"{TRACE.name}, {self.played} rounds seen to play the harness they stand for, "
                      f"{self.recomputed} seesaws recomputed from them)" if self.source == "log" else "")
             return (f"verified: {self.events} events, chain intact, {self.ships} ships equal their folds, "
                     f"{self.verdicts} verdicts with inputs {where}{extra}")

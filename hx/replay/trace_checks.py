@@ -13,9 +13,8 @@ recorded the verdicts.
   digests) and the candidate's predicted flips: the recorded flips, seesaw, interval (when the
   run's job asks for it: against the variant's own attempts, the round's digests) and effect
   checks, outcome and clusters must be what the rule gives;
-- every cited main round played its variant's harness of that round, a held-out round its variant's harness when
-  scored, and every gate round the candidate's harness (a sequential wave's base half: the variant's), as its
-  ``RoundStarted`` names the digest;
+- every cited round played the harness it stands for, and a held-out score's tasks ran under the routing the
+  ledger gave then (``hx.replay.played``);
 - every evidence anchor of the candidates and the round digests resolves to an event of the run.
 """
 
@@ -28,6 +27,7 @@ from hx.gate.rule import Fresh, Verdict, seesaw
 from hx.gate.sequential import SequentialRule, Tries, decide
 from hx.replay.anchors import AnchorResolver
 from hx.replay.ledger_checks import Problem, gate_interval, gate_rule, gate_suite
+from hx.replay.played import played
 from hx.replay.suite_checks import recheck_suite, scoreboard, suite_checked
 from hx.replay.trace_rounds import TraceRound, Verdicts, outcomes, trace_marks
 from projections.ledger import RunLedger
@@ -49,7 +49,7 @@ class TraceCheck:
     recomputed: int = 0
     """Gate verdicts whose seesaw the rule gave again from the cited rounds."""
     played: int = 0
-    """Cited main and gate rounds that played the harness they stand for (as their ``RoundStarted`` names it)."""
+    """Rounds that played the harness they stand for (``hx.replay.played``: a held-out score's every round)."""
     problems: list[Problem] = field(default_factory=list)
     bad_candidates: set[str] = field(default_factory=set)
     """Candidates whose verdict's inputs are not on the trace as cited."""
@@ -100,7 +100,11 @@ async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
             out.problems.append(Problem("decision", f"event {cand.gate_position} (ledger.gate_judged): {why}",
                                         cand.gate_position))
             out.bad_candidates.add(cand.id)
-    _played(out, marks, ledger)  # after the recomputation: a verdict on rounds of the wrong harness is named twice
+    harnesses = played(marks, ledger)  # after the recomputation: a verdict on rounds of another harness is named twice
+    out.played = harnesses.rounds
+    out.problems += harnesses.problems
+    out.bad_rounds |= harnesses.bad_rounds
+    out.bad_candidates |= harnesses.bad_candidates
     await _anchors(out, AnchorResolver(log, run_id), ledger)
     out.problems.sort(key=lambda p: p.position)
     return out
@@ -136,58 +140,6 @@ def _cited(out: TraceCheck, marks: dict[int, TraceRound], entry: LedgerEntry, ro
             out.problems.append(Problem("input", f"{entry.label}: {why}", entry.position))
             bad = True
     return bad
-
-
-def _played(out: TraceCheck, marks: dict[int, TraceRound], ledger: RunLedger) -> None:
-    """Check that every cited round played the harness it stands for (``RoundStarted.harness_digest``).
-
-    A main round of evolution round N plays its variant's harness in force during N; a held-out score's (first)
-    round, its variant's harness when the score was recorded. A gate's first round and every
-    retry play the candidate's harness; under the sequential rule each later wave is a pair, the variant's harness
-    (the base) then the candidate's, on the same seeds. A verdict read from a round that played another harness
-    would be a verdict on something else, however well its counts add up.
-    """
-    for rnd in ledger.ordered():
-        if rnd.digested is None or rnd.round in out.bad_rounds:
-            continue
-        for r in rnd.digested.trace_rounds:
-            variant = ledger.variants.get(marks[r].started.variant) if r in marks else None
-            version = variant.during(rnd.round) if variant is not None else None
-            if variant is not None and version is not None and _other(
-                    out, ledger.entry_of(rnd.digested), marks[r], version.digest,
-                    f"the harness {variant.name} had during round {rnd.round}"):
-                out.bad_rounds.add(rnd.round)
-    for scored in ledger.heldout:  # its first round, the one it cites: the harness that variant had when scored
-        entry, tr = ledger.entry_of(scored), marks.get(scored.trace_round)
-        variant = ledger.variants.get(tr.started.variant) if tr is not None else None
-        version = variant.before(entry.position) if variant is not None else None
-        if tr is not None and variant is not None and version is not None:
-            _other(out, entry, tr, version.digest, f"the harness {variant.name} had when the score was recorded")
-    sequential = gate_rule(ledger) is not None
-    for cand in ledger.candidates.values():
-        gate = cand.gate
-        if gate is None or any(r not in marks for r in gate.trace_rounds):
-            continue  # a round not on the trace is named where it is cited
-        for i, r in enumerate(gate.trace_rounds):
-            base = sequential and i % 2 == 1  # rounds 1, 3, ...: a wave's base half
-            want = cand.proposal.base_digest if base else cand.proposal.digest
-            said = f"{gate.variant}'s harness (a wave's base half)" if base else f"{cand.id}'s harness"
-            if _other(out, ledger.entry_of(gate), marks[r], want, said):
-                out.bad_candidates.add(cand.id)
-                break
-
-
-def _other(out: TraceCheck, entry: LedgerEntry, tr: TraceRound, want: str, what: str) -> bool:
-    """Name a round that played another harness than ``want`` (``what``); True when it did."""
-    got = tr.started.harness_digest
-    if not got or not want:  # a round logged before rounds named their harness: nothing to compare
-        return False
-    if got == want:
-        out.played += 1
-        return False
-    out.problems.append(Problem("input", f"{entry.label}: trace round {tr.number} played harness {got[:19]}..., but "
-                                         f"it stands for {what}, {want[:19]}...", entry.position))
-    return True
 
 
 def recheck_seesaw(ledger: RunLedger, cand: CandidateRecord, verdicts: dict[int, Verdicts]) -> str:
