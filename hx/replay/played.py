@@ -66,8 +66,11 @@ def played(marks: dict[int, TraceRound], ledger: RunLedger) -> Played:
                     ledger.entry_of(rnd.digested), marks[r], version.digest,
                     f"the harness {variant.name} had during round {rnd.round}"):
                 out.bad_rounds.add(rnd.round)
-    for scored in ledger.heldout:
-        _heldout(out, marks, ledger, scored)
+    then = RunLedger(run_id=ledger.run_id)  # the ledger as it stood at each score: one fold for every score
+    for e in ledger.entries:
+        if isinstance(e.event, HeldoutScored):
+            _heldout(out, marks, then, e.event, e)
+        then.fold(e.event, e.position, e.seq)
     sequential = gate_rule(ledger) is not None
     for cand in ledger.candidates.values():
         gate = cand.gate
@@ -83,16 +86,13 @@ def played(marks: dict[int, TraceRound], ledger: RunLedger) -> Played:
     return out
 
 
-def _heldout(out: Played, marks: dict[int, TraceRound], ledger: RunLedger, scored: HeldoutScored) -> None:
-    """The score's rounds: its tasks each under its cluster's route then, each round its variant's harness then."""
-    entry = ledger.entry_of(scored)
+def _heldout(out: Played, marks: dict[int, TraceRound], then: RunLedger, scored: HeldoutScored,
+             entry: LedgerEntry) -> None:
+    """The score's rounds: its tasks each under its cluster's route ``then`` (the ledger before the score), each
+    round its variant's harness then."""
     first = marks.get(scored.trace_round)
     if first is None or not first.labelled:
         return  # not on the trace: named where it is cited; unlabelled: no variant to route by
-    then = RunLedger(run_id=ledger.run_id)
-    for e in ledger.entries:
-        if e.position < entry.position:
-            then.fold(e.event, e.position, e.seq)
     ran, r = 0, scored.trace_round
     while ran < scored.tasks and (tr := marks.get(r)) is not None and tr.started.split == "heldout" \
             and tr.started.stage_round == first.started.stage_round:
