@@ -287,18 +287,24 @@ def test_a_ship_or_fork_the_gate_did_not_pass_for_is_named(evolved: EvolvedRun) 
     assert "event 7 (ledger.variant_forked): is a fork of C-U-02, but the gate passed it for a ship (event 6)" in report
 
 
-def test_a_trace_round_cited_for_what_it_was_not_is_named(evolved: EvolvedRun) -> None:
-    """A round digest citing a held-out round as its main rollouts, a held-out score citing a main round."""
+def main_then_heldout(url: str, run_id: str) -> None:
+    """Play a run's trace round 0 (a main round, a walk task) and 1 (a held-out round, an easy task) under the
+    starter, with no ledger yet: the tests write the ledger that cites them."""
     async def rounds() -> None:
-        async with connect(NatsSettings(url=evolved.url)) as conn:
+        async with connect(NatsSettings(url=url)) as conn:
             rollout = Rollout([ToyBench()], RANDOM, STARTER, log=conn.log,
                               settings=RolloutSettings(attempts=1, max_steps=4))
-            await rollout.start("cited", kind="evolve")
-            await rollout.run_round("cited", 0, toy_ids("walk", 1), label=RoundLabel(purpose="main", variant="v0",
-                                                                                      stage_round=0))
-            await rollout.run_round("cited", 1, toy_ids("easy", 1, "test"), role="heldout",
+            await rollout.start(run_id, kind="evolve")
+            await rollout.run_round(run_id, 0, toy_ids("walk", 1), label=RoundLabel(purpose="main", variant="v0",
+                                                                                     stage_round=0))
+            await rollout.run_round(run_id, 1, toy_ids("easy", 1, "test"), role="heldout",
                                     label=RoundLabel(purpose="heldout", variant="v0", stage_round=0))
     asyncio.run(rounds())
+
+
+def test_a_trace_round_cited_for_what_it_was_not_is_named(evolved: EvolvedRun) -> None:
+    """A round digest citing a held-out round as its main rollouts, a held-out score citing a main round."""
+    main_then_heldout(evolved.url, "cited")
     run = LedgerRun(run_id="cited")
     run.records.append(RoundDigested(run_id="cited", round=0, actionability=1.0, trace_rounds=(1,)))
     run.records.append(HeldoutScored(run_id="cited", round=0, trace_round=0, heldout_digest="", tasks=1))
@@ -313,16 +319,7 @@ def test_a_trace_round_cited_for_what_it_was_not_is_named(evolved: EvolvedRun) -
 def test_a_round_that_played_another_harness_than_the_ledger_says_is_named(evolved: EvolvedRun) -> None:
     """A ledger opened with one harness whose round digest and held-out score cite rounds the starter played: what
     they cite is of the right kind, but not of the harness the ledger says was there."""
-    async def rounds() -> None:
-        async with connect(NatsSettings(url=evolved.url)) as conn:
-            rollout = Rollout([ToyBench()], RANDOM, STARTER, log=conn.log,
-                              settings=RolloutSettings(attempts=1, max_steps=4))
-            await rollout.start("played", kind="evolve")
-            await rollout.run_round("played", 0, toy_ids("walk", 1), label=RoundLabel(purpose="main", variant="v0",
-                                                                                      stage_round=0))
-            await rollout.run_round("played", 1, toy_ids("easy", 1, "test"), role="heldout",
-                                    label=RoundLabel(purpose="heldout", variant="v0", stage_round=0))
-    asyncio.run(rounds())
+    main_then_heldout(evolved.url, "played")
     other = apply(STARTER, (attach("explore_untried"),))
     run = LedgerRun(other, run_id="played")
     run.records.append(RoundDigested(run_id="played", round=0, actionability=1.0, trace_rounds=(0,)))
