@@ -24,6 +24,7 @@ run's ledger off ``HX_LEDGER`` into it, and folds the whole stream as the ``edit
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import msgspec
 
@@ -59,6 +60,11 @@ from schemas.ledger import (
     VariantRetired,
     ledger_digest,
 )
+
+Routing = Literal["own_cluster_first"]
+ROUTING: Routing = "own_cluster_first"
+"""The rule ``RunLedger.unserved`` routes a cluster no fork serves by; a job records it (``loop.routing``) so an audit
+applies the rule its run ran under, whatever a later hx routes by."""
 
 
 class RunLedger(msgspec.Struct):

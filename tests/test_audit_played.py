@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import pytest
 from ledger_run import STARTER, LedgerRun, attach
 from toybench import RANDOM, ToyBench
@@ -20,7 +21,7 @@ from hx.gate.rule import cluster_of
 from hx.harness.edits import apply
 from hx.replay.played import played
 from hx.replay.trace_rounds import TraceRound, trace_marks
-from projections.ledger import RunLedger
+from projections.ledger import ROUTING, RunLedger
 from schemas.ledger import HeldoutScored
 from streams.config import NatsSettings
 from streams.connection import connect
@@ -46,9 +47,13 @@ async def marks(nats_url: str) -> dict[int, TraceRound]:
         return await trace_marks(conn.log, RUN)
 
 
-def ledger(clusters: tuple[str, ...], tasks: int = 2, ops: Sequence[object] = ()) -> RunLedger:
-    """A run whose round-0 fork v1 serves ``clusters``, then a held-out score citing trace round 0."""
+def ledger(clusters: tuple[str, ...], tasks: int = 2, ops: Sequence[object] = (),
+           routing: str | None = ROUTING) -> RunLedger:
+    """A run whose job names ``routing`` (None: no rule) and whose round-0 fork v1 serves ``clusters``, then a
+    held-out score citing trace round 0."""
     run = LedgerRun(STARTER, run_id=RUN)
+    loop = {} if routing is None else {"routing": routing}
+    run.records[0] = msgspec.structs.replace(run.records[0], settings={"loop": loop})
     run.proposed(0, "C-R0-01", (attach("explore_untried"), *ops))  # type: ignore[arg-type]
     run.forked(0, "C-R0-01", "v1", clusters)
     run.records.append(HeldoutScored(run_id=RUN, round=0, trace_round=0, heldout_digest="", tasks=tasks))
@@ -61,7 +66,7 @@ def texts(found: object) -> list[str]:
 
 async def test_a_held_out_score_played_under_the_ledgers_routing_passes(marks: dict[int, TraceRound]) -> None:
     honest = played(marks, ledger((WALK_C,)))
-    assert texts(honest) == [] and honest.rounds == 2
+    assert texts(honest) == [] and honest.rounds == 2 and honest.unchecked == []
 
 
 async def test_a_task_played_under_another_variant_than_its_route_is_named(marks: dict[int, TraceRound]) -> None:
@@ -69,6 +74,19 @@ async def test_a_task_played_under_another_variant_than_its_route_is_named(marks
     assert texts(played(marks, ledger((EASY_C, WALK_C)))) == [
         f"event 5 (ledger.heldout_scored): trace round 0 played {EASY[0]} under v0; the ledger then routed {EASY_C} "
         "to v1"]
+
+
+@pytest.mark.parametrize("routing", [None, "nearest_neighbour"])
+async def test_a_routing_rule_the_job_does_not_name_or_this_hx_does_not_know_is_not_checked(
+        marks: dict[int, TraceRound], routing: str | None) -> None:
+    """The same misrouted score under a job recorded before jobs named their routing rule, or naming one a later hx
+    brought: not called wrong by today's rule, said to be unchecked; the harnesses are still held to account."""
+    found = played(marks, ledger((EASY_C, WALK_C), routing=routing))
+    assert texts(found) == [] and found.rounds == 2
+    why = ("its job, recorded before jobs named one, names no routing rule" if routing is None else
+           f"its job names the routing rule {routing!r}, which this hx does not know")
+    assert found.unchecked == [f"event 5 (ledger.heldout_scored) and the held-out scores after it: which variant "
+                               f"each task ran under ({why})"]
 
 
 async def test_a_fork_of_another_harness_than_the_round_played_is_named(marks: dict[int, TraceRound]) -> None:

@@ -14,6 +14,7 @@ from hx.aegis.variants import Strategy
 from hx.eval.suite import default_suite, load_suite, suite_digest
 from hx.gate.interval import INTERVAL_MODES, IntervalMode
 from hx.gate.sequential import SEESAW_MODES, SeesawMode, SequentialRule
+from projections.ledger import ROUTING, Routing
 from schemas.ledger import HeldoutScored, RoundDecided
 from schemas.suite import Suite
 
@@ -153,6 +154,9 @@ class EvolveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """The gate's seesaw rule and optional checks (a new job's: the sequential rule)."""
     induction: InductionSettings = InductionSettings()
     """The ``induced`` evolver's thresholds (a job recorded before it had them: these defaults)."""
+    routing: Routing = ROUTING
+    """How a cluster no fork serves is routed (``RunLedger.unserved``): the one rule today, recorded so that an
+    audit of this run's held-out scores applies it (a job recorded before it: the routing is not checked)."""
 
 
 @dataclass

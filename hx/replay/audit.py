@@ -137,6 +137,7 @@ async def verify_ledger(log: EventLog, ledger: RunLedger, plugin_dir: Path | Non
         out.problems += found.problems
         out.anchors, out.trace_rounds, out.recomputed = found.anchors, found.rounds, found.recomputed
         out.played = found.played
+        out.unchecked += found.unchecked
         out.verdicts -= sum(1 for c in ledger.candidates.values()
                             if c.gate is not None and c.id in found.bad_candidates)
         out.verdicts -= sum(1 for n in found.bad_rounds if n in ledger.rounds and ledger.rounds[n].critic is not None)

@@ -72,6 +72,14 @@ def gate_rule(ledger: RunLedger) -> SequentialRule | None:
                           int(gate.get("waves", defaults.waves)))
 
 
+def routing_rule(ledger: RunLedger) -> str | None:
+    """The routing rule the run's job records (None: a job recorded before it named one)."""
+    if ledger.opened is None:
+        return None
+    rule = nested_job(ledger.opened.settings)["loop"].get("routing")
+    return rule if isinstance(rule, str) else None
+
+
 def gate_interval(ledger: RunLedger) -> IntervalMode:
     """The interval mode the run's gate ran with, as its recorded job says (``off`` for a job recorded before it)."""
     if ledger.opened is None:

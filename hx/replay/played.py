@@ -11,7 +11,9 @@ every cited round is held to the harness it stands for:
 - a held-out score: the rounds from the one it cites, one a variant, together the score's tasks;
   each task under the variant its cluster routes to in the ledger as it stood when the score was
   recorded (``RunLedger.route``, a fold of the ledger: the loop used the same), and each round
-  that variant's harness then.
+  that variant's harness then. The routing is checked by the rule the run's job names
+  (``loop.routing``); a job recorded before it named one, once the run has forked, leaves the
+  routing unchecked and says so.
 
 A round logged before rounds named their harness has nothing to compare and is passed over.
 """
@@ -21,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hx.gate.rule import cluster_of
-from hx.replay.ledger_checks import Problem, gate_rule
+from hx.replay.ledger_checks import Problem, gate_rule, routing_rule
 from hx.replay.trace_rounds import TraceRound
-from projections.ledger import RunLedger
+from projections.ledger import ROUTING, RunLedger
 from projections.ledger_records import LedgerEntry
 from schemas.ledger import HeldoutScored
 
@@ -39,6 +41,8 @@ class Played:
     """Evolution rounds whose digest cites a round of another harness."""
     bad_candidates: set[str] = field(default_factory=set)
     """Candidates whose verdict cites a round of another harness."""
+    unchecked: list[str] = field(default_factory=list)
+    """What could not be checked, and why."""
 
     def other(self, entry: LedgerEntry, tr: TraceRound, want: str, what: str) -> bool:
         """Name a round that played another harness than ``want`` (``what``); True when it did."""
@@ -67,9 +71,17 @@ def played(marks: dict[int, TraceRound], ledger: RunLedger) -> Played:
                     f"the harness {variant.name} had during round {rnd.round}"):
                 out.bad_rounds.add(rnd.round)
     then = RunLedger(run_id=ledger.run_id)  # the ledger as it stood at each score: one fold for every score
+    rule = routing_rule(ledger)
     for e in ledger.entries:
         if isinstance(e.event, HeldoutScored):
-            _heldout(out, marks, then, e.event, e)
+            # with the root alone every rule routes every cluster to it; with forks, only the rule the job names
+            routed = rule == ROUTING or len(then.variants) == 1
+            if not routed and not out.unchecked:
+                why = ("its job, recorded before jobs named one, names no routing rule" if rule is None else
+                       f"its job names the routing rule {rule!r}, which this hx does not know")
+                out.unchecked.append(f"{e.label} and the held-out scores after it: which variant each task ran "
+                                     f"under ({why})")
+            _heldout(out, marks, then, e.event, e, routed=routed)
         then.fold(e.event, e.position, e.seq)
     sequential = gate_rule(ledger) is not None
     for cand in ledger.candidates.values():
@@ -87,7 +99,7 @@ def played(marks: dict[int, TraceRound], ledger: RunLedger) -> Played:
 
 
 def _heldout(out: Played, marks: dict[int, TraceRound], then: RunLedger, scored: HeldoutScored,
-             entry: LedgerEntry) -> None:
+             entry: LedgerEntry, *, routed: bool) -> None:
     """The score's rounds: its tasks each under its cluster's route ``then`` (the ledger before the score), each
     round its variant's harness then."""
     first = marks.get(scored.trace_round)
@@ -102,7 +114,7 @@ def _heldout(out: Played, marks: dict[int, TraceRound], then: RunLedger, scored:
                                                  f"{tr.started.variant!r}, which the ledger did not hold then",
                                         entry.position))
             return
-        stray = [t for t in tr.started.task_ids if then.route(cluster_of(t)) != variant.name]
+        stray = [t for t in tr.started.task_ids if routed and then.route(cluster_of(t)) != variant.name]
         if stray:
             t = stray[0]
             out.problems.append(Problem("input", f"{entry.label}: trace round {r} played {t} under {variant.name}; "

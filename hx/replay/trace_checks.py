@@ -55,6 +55,8 @@ class TraceCheck:
     """Candidates whose verdict's inputs are not on the trace as cited."""
     bad_rounds: set[int] = field(default_factory=set)
     """Evolution rounds whose digest cites what is not on the trace."""
+    unchecked: list[str] = field(default_factory=list)
+    """What could not be checked against the trace, and why."""
 
 
 async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
@@ -105,6 +107,7 @@ async def check_trace(log: EventLog, ledger: RunLedger) -> TraceCheck:
     out.problems += harnesses.problems
     out.bad_rounds |= harnesses.bad_rounds
     out.bad_candidates |= harnesses.bad_candidates
+    out.unchecked += harnesses.unchecked
     await _anchors(out, AnchorResolver(log, run_id), ledger)
     out.problems.sort(key=lambda p: p.position)
     return out
