@@ -335,7 +335,7 @@ async def test_an_edit_that_breaks_solved_tasks_fails_the_seesaw_or_forks(conn: 
     closing = await gate(candidate((op,), m=m), trials, allow_fork=True)  # it rings the bell: a winning path closed
     assert closing.first_failure == "counterfactual" and closing.outcome == "reject"
     assert "toyworld:bell:" in closing.checks[-1].detail
-    assert "'move east' no longer offered" in closing.checks[-1].detail
+    assert "'move east' no longer offered (by task_objects)" in closing.checks[-1].detail  # the one that did it
     trials.main_rounds.clear()  # no recorded attempt to replay (nothing closes a path): the fresh attempts decide
     rejected = await gate(candidate((op,), m=m), trials, allow_fork=False)
     assert names(rejected) == list(CHECKS[:-1]) and rejected.first_failure == "seesaw"  # no effect check

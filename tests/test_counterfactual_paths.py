@@ -153,8 +153,11 @@ async def test_a_candidate_that_stops_offering_a_winning_action_is_rejected_nami
     check = verdict.checks[-1]
     assert (check.name, check.passed, verdict.outcome) == ("counterfactual", False, "reject")
     assert (trials.next_round, trials.rollouts) == before  # rejected before any fresh rollout
-    closed = re.findall(r"(twx:coin:dev:\d+)#(\d) step (\d+) '(take [^']+)' no longer offered", check.detail)
+    closed = re.findall(r"(twx:coin:dev:\d+)#(\d) step (\d+) '(take [^']+)' no longer offered \(by (\w+)\)",
+                        check.detail)
     assert closed and check.detail.count(" no longer offered") == len(closed), check.detail
+    assert {by for *_, by in closed} == {drop_actions}  # named by the processor that narrowed it away
+    closed = [c[:4] for c in closed]
     for task, attempt, step, action in closed:  # each one a take the attempt scored with, as the trace shows it
         subject = next(s for s in passing if s.endswith(f".{task}.{attempt}"))
         assert int(step) in taken[subject] and (int(step), action, True) in steps_taken(passing[subject])

@@ -43,6 +43,7 @@ import msgspec
 from hx.aegis.winning import WinningStep, winning_steps
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import ContractViolation, Interrupt
+from hx.harness.processor import Processor
 from hx.runtime.errors import ProcessorFailed
 from hx.runtime.pipeline import HookPipeline
 from schemas.envelope import Record
@@ -77,9 +78,37 @@ def _passes(records: Sequence[Record]) -> Iterator[tuple[HookRecord, list[HookPa
         yield emitted, expected
 
 
+class _Staged(HookPipeline):
+    """A pipeline that keeps what each processor of its last pass yielded, to say which one narrowed the offer."""
+
+    def __init__(self, hook: HookName, processors: Sequence[Processor]) -> None:
+        super().__init__(hook, processors, lambda event: None)
+        self.stages: list[tuple[str, list[HookPayload]]] = []
+
+    async def run(self, event: HookPayload, step: int) -> list[Any]:
+        """As ``HookPipeline.run``, keeping each processor's output of this pass."""
+        self.stages = []
+        return await super().run(event, step)
+
+    async def _call(self, proc: Processor, event: HookPayload, step: int) -> list[HookPayload]:
+        produced = await super()._call(proc, event, step)
+        self.stages.append((type(proc).type_name(), produced))
+        return produced
+
+
+def _narrowing(stages: Sequence[tuple[str, list[HookPayload]]], call: ToolCall) -> str:
+    """The first processor of a before_model pass whose offer no longer holds ``call`` ("" when none)."""
+    for name, produced in stages:
+        if any(isinstance(ev, BeforeModel) and not offers(ev.tools, call) for ev in produced):
+            return name
+    return ""
+
+
 def _pipes(harness: HarnessConfig) -> dict[HookName, HookPipeline]:
-    """Fresh pipelines of ``harness`` (its processors' state starts anew, as in an attempt), logging nothing."""
-    return {hook: HookPipeline(hook, procs, lambda event: None) for hook, procs in harness.instantiate().items()}
+    """Fresh pipelines of ``harness`` (its processors' state starts anew, as in an attempt), logging nothing; the
+    before_model one keeps each processor's output, to name the one that closes a path."""
+    return {hook: _Staged(hook, procs) if hook == "before_model" else HookPipeline(hook, procs, lambda event: None)
+            for hook, procs in harness.instantiate().items()}
 
 
 async def replay(harness: HarnessConfig, records: Sequence[Record]) -> tuple[Verdict, str]:
@@ -113,7 +142,8 @@ class ClosedPath:
     step: int
     action: str
     how: str
-    """``no longer offered``, ``refused``, ``altered to ...``, or the candidate interrupts the attempt."""
+    """``no longer offered`` (``by`` the processor that narrowed it away), ``refused``, ``altered to ...``, or the
+    candidate interrupts the attempt."""
 
     def describe(self, attempt: str) -> str:
         """``task#attempt step N 'action' how``, as the check's detail names it."""
@@ -164,6 +194,7 @@ async def paths(harness: HarnessConfig, records: Sequence[Record],
     pipes = _pipes(harness)
     started: set[str] | None = None  # the tools the candidate's task_start keeps
     offer: dict[int, tuple[BeforeModel | None, BeforeModel | None]] = {}  # step -> (recorded, candidate's)
+    stages: dict[int, list[tuple[str, list[HookPayload]]]] = {}  # step -> how its before_model pass made the offer
     skip = -1  # the winning actions up to this one are bypassed by a shortcut the candidate offered
     on_path = {0} | {w.step for w in winning}  # step 0: task_start and task_end
     for emitted, expected in _passes(records):
@@ -187,12 +218,17 @@ async def paths(harness: HarnessConfig, records: Sequence[Record],
             recorded, narrowed = expected[-1] if expected else None, produced[-1] if produced else None
             offer[emitted.step] = (recorded if isinstance(recorded, BeforeModel) else None,
                                    narrowed if isinstance(narrowed, BeforeModel) else None)
+            staged = pipes[hook]
+            if isinstance(staged, _Staged):  # a new list each pass: this one stays as this step made it
+                stages[emitted.step] = staged.stages
         elif isinstance(event, BeforeTool) and index.get((emitted.step, event.call.id), -1) > skip:
             i = index[(emitted.step, event.call.id)]
             win, (recorded, narrowed) = winning[i], offer.get(emitted.step, (None, None))
             how = _closed(win, event, started, (recorded, narrowed), produced)
             if how.startswith("no longer offered") and (goal := _shortcut(winning, i, narrowed)) is not None:
                 skip = goal
+            elif how == "no longer offered" and (by := _narrowing(stages.get(emitted.step, []), event.call)):
+                return Paths(len(winning), ClosedPath(win.step, win.action, f"{how} (by {by})"))
             elif how:
                 return Paths(len(winning), ClosedPath(win.step, win.action, how))
     return Paths(len(winning))
