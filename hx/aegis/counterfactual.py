@@ -78,25 +78,7 @@ def _passes(records: Sequence[Record]) -> Iterator[tuple[HookRecord, list[HookPa
         yield emitted, expected
 
 
-class _Staged(HookPipeline):
-    """A pipeline that keeps what each processor of its last pass yielded, to say which one narrowed the offer."""
-
-    def __init__(self, hook: HookName, processors: Sequence[Processor]) -> None:
-        super().__init__(hook, processors, lambda event: None)
-        self.stages: list[tuple[str, list[HookPayload]]] = []
-
-    async def run(self, event: HookPayload, step: int) -> list[Any]:
-        """As ``HookPipeline.run``, keeping each processor's output of this pass."""
-        self.stages = []
-        return await super().run(event, step)
-
-    async def _call(self, proc: Processor, event: HookPayload, step: int) -> list[HookPayload]:
-        produced = await super()._call(proc, event, step)
-        self.stages.append((type(proc).type_name(), produced))
-        return produced
-
-
-def _narrowing(stages: Sequence[tuple[str, list[HookPayload]]], call: ToolCall) -> str:
+def _narrowing(stages: Stages, call: ToolCall) -> str:
     """The first processor of a before_model pass whose offer no longer holds ``call`` ("" when none)."""
     for name, produced in stages:
         if any(isinstance(ev, BeforeModel) and not offers(ev.tools, call) for ev in produced):
@@ -104,10 +86,18 @@ def _narrowing(stages: Sequence[tuple[str, list[HookPayload]]], call: ToolCall) 
     return ""
 
 
-def _pipes(harness: HarnessConfig) -> dict[HookName, HookPipeline]:
+Stages = list[tuple[str, list[HookPayload]]]
+"""Each processor of a hook pass and what it yielded, in chain order."""
+
+
+def _pipes(harness: HarnessConfig, stages: Stages | None = None) -> dict[HookName, HookPipeline]:
     """Fresh pipelines of ``harness`` (its processors' state starts anew, as in an attempt), logging nothing; the
-    before_model one keeps each processor's output, to name the one that closes a path."""
-    return {hook: _Staged(hook, procs) if hook == "before_model" else HookPipeline(hook, procs, lambda event: None)
+    before_model one adds to ``stages`` what each processor yielded, to name the one that closes a path."""
+    def observe(proc: Processor, produced: list[HookPayload]) -> None:
+        assert stages is not None
+        stages.append((type(proc).type_name(), produced))
+    return {hook: HookPipeline(hook, procs, lambda event: None,
+                               observe if hook == "before_model" and stages is not None else None)
             for hook, procs in harness.instantiate().items()}
 
 
@@ -191,16 +181,18 @@ async def paths(harness: HarnessConfig, records: Sequence[Record],
     calling = _calling(harness)
     if calling:
         return Paths(len(winning), unchecked=calling)
-    pipes = _pipes(harness)
+    passing: Stages = []  # the before_model pass under way
+    pipes = _pipes(harness, passing)
     started: set[str] | None = None  # the tools the candidate's task_start keeps
     offer: dict[int, tuple[BeforeModel | None, BeforeModel | None]] = {}  # step -> (recorded, candidate's)
-    stages: dict[int, list[tuple[str, list[HookPayload]]]] = {}  # step -> how its before_model pass made the offer
+    stages: dict[int, Stages] = {}  # step -> how its before_model pass made the offer
     skip = -1  # the winning actions up to this one are bypassed by a shortcut the candidate offered
     on_path = {0} | {w.step for w in winning}  # step 0: task_start and task_end
     for emitted, expected in _passes(records):
         if emitted.step not in on_path:
             continue
         hook = HOOK_OF[type(emitted.event)]
+        passing.clear()
         try:
             produced = await pipes[hook].run(emitted.event, emitted.step)
         except (Interrupt, ContractViolation) as exc:
@@ -218,9 +210,7 @@ async def paths(harness: HarnessConfig, records: Sequence[Record],
             recorded, narrowed = expected[-1] if expected else None, produced[-1] if produced else None
             offer[emitted.step] = (recorded if isinstance(recorded, BeforeModel) else None,
                                    narrowed if isinstance(narrowed, BeforeModel) else None)
-            staged = pipes[hook]
-            if isinstance(staged, _Staged):  # a new list each pass: this one stays as this step made it
-                stages[emitted.step] = staged.stages
+            stages[emitted.step] = list(passing)
         elif isinstance(event, BeforeTool) and index.get((emitted.step, event.call.id), -1) > skip:
             i = index[(emitted.step, event.call.id)]
             win, (recorded, narrowed) = winning[i], offer.get(emitted.step, (None, None))

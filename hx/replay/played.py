@@ -35,7 +35,7 @@ class Played:
     """What comparing the cited rounds with the harness they stand for found."""
 
     rounds: int = 0
-    """Cited rounds that played the harness they stand for."""
+    """Rounds that played the harness they stand for (the cited ones, and a held-out score's later ones)."""
     problems: list[Problem] = field(default_factory=list)
     bad_rounds: set[int] = field(default_factory=set)
     """Evolution rounds whose digest cites a round of another harness."""
@@ -63,12 +63,12 @@ def played(marks: dict[int, TraceRound], ledger: RunLedger) -> Played:
     for rnd in ledger.ordered():
         if rnd.digested is None:
             continue
+        entry = ledger.entry_of(rnd.digested)
         for r in rnd.digested.trace_rounds:
             variant = ledger.variants.get(marks[r].started.variant) if r in marks else None
             version = variant.during(rnd.round) if variant is not None else None
             if variant is not None and version is not None and out.other(
-                    ledger.entry_of(rnd.digested), marks[r], version.digest,
-                    f"the harness {variant.name} had during round {rnd.round}"):
+                    entry, marks[r], version.digest, f"the harness {variant.name} had during round {rnd.round}"):
                 out.bad_rounds.add(rnd.round)
     then = RunLedger(run_id=ledger.run_id)  # the ledger as it stood at each score: one fold for every score
     rule = routing_rule(ledger)
@@ -88,11 +88,12 @@ def played(marks: dict[int, TraceRound], ledger: RunLedger) -> Played:
         gate = cand.gate
         if gate is None or any(r not in marks for r in gate.trace_rounds):
             continue  # a round not on the trace is named where it is cited
+        entry = ledger.entry_of(gate)
         for i, r in enumerate(gate.trace_rounds):
             base = sequential and i % 2 == 1  # rounds 1, 3, ...: a wave's base half
             want = cand.proposal.base_digest if base else cand.proposal.digest
             said = f"{gate.variant}'s harness (a wave's base half)" if base else f"{cand.id}'s harness"
-            if out.other(ledger.entry_of(gate), marks[r], want, said):
+            if out.other(entry, marks[r], want, said):
                 out.bad_candidates.add(cand.id)
                 break
     return out

@@ -28,10 +28,13 @@ Action = Literal["changed", "split", "intercepted", "interrupted"]
 class HookPipeline:
     """The processors of one hook, in execution order."""
 
-    def __init__(self, hook: HookName, processors: Sequence[Processor], emit: Callable[[Event], None]) -> None:
+    def __init__(self, hook: HookName, processors: Sequence[Processor], emit: Callable[[Event], None],
+                 observe: Callable[[Processor, list[HookPayload]], None] | None = None) -> None:
         self.hook = hook
         self.processors = tuple(processors)
         self.emit = emit
+        self.observe = observe
+        """Called with each processor and what it yielded, in chain order (a reader that asks which one did what)."""
 
     def _trigger(self, proc: Processor, step: int, action: Action, fields: Sequence[str] = (),
                  outputs: int = 1, reason: str = "") -> None:
@@ -48,6 +51,8 @@ class HookPipeline:
             for ev in events:
                 out.extend(await self._call(proc, ev, step))
             events = out
+            if self.observe is not None:
+                self.observe(proc, events)
             if not events:
                 break
         for i, ev in enumerate(events):

@@ -23,8 +23,7 @@ class CatalogAndInduced(Evolver):
     name = "offline+induced"
 
     def __init__(self) -> None:
-        self.induced = InducedEvolver()
-        self.parts: tuple[Evolver, ...] = (OfflineEvolver(), self.induced)
+        self.catalog, self.induced = OfflineEvolver(), InducedEvolver()
         self.notes: list[str] = []
 
     @classmethod
@@ -34,7 +33,7 @@ class CatalogAndInduced(Evolver):
 
     async def propose(self, context: Context, k: int) -> list[Proposal]:
         """Up to ``k`` candidates, the parts' proposals interleaved (each edit once)."""
-        lists = [await part.propose(context, k) for part in self.parts]
+        lists = [await self.catalog.propose(context, k), await self.induced.propose(context, k)]
         out: list[Proposal] = []
         seen: set[tuple[str, tuple[str, ...]]] = set()
         for turn in zip_longest(*lists):
@@ -45,8 +44,6 @@ class CatalogAndInduced(Evolver):
                 if key not in seen:
                     seen.add(key)
                     out.append(proposal)
-        # The induced evolver counted its rules left after all k of its own; the round tries only those taken here.
-        said = self.induced.note(out)
-        self.notes = [said if part is self.induced and n.startswith("induced: ") and "untried" in n else n
-                      for part in self.parts for n in getattr(part, "notes", [])]
+        # The induced evolver counted the rules left after all k of its own; the round tries only those taken here.
+        self.notes = [*getattr(self.catalog, "notes", []), *self.induced.counted(out)]
         return out

@@ -59,12 +59,13 @@ class InducedEvolver(Evolver):
         self.settings = settings or InductionSettings()
         """Thresholds for a context without the run's settings (the run's ``loop.induction`` wins)."""
         self.notes: list[str] = []
-        self._last: tuple[int, int, list[tuple[str, tuple[AnyEditOp, ...]]]] = (0, 0, [])
-        """Rules induced, attempts read and the new rule candidates (variant, edits), in the last ``propose``."""
+        self._last: tuple[int, int, list[tuple[str, tuple[AnyEditOp, ...]]]] | None = None
+        """Rules induced, attempts read and the new rule candidates (variant, edits), in the last ``propose`` (None:
+        it read no trace)."""
 
     async def propose(self, context: Context, k: int) -> list[Proposal]:
         """Up to ``k`` candidates: reverts of suspected rules, the heaviest untried rules, then parameter moves."""
-        self.notes = []
+        self.notes, self._last = [], None
         if context.evidence is None:
             self.notes.append("induced: no trace to read")
             return []
@@ -91,9 +92,15 @@ class InducedEvolver(Evolver):
         self.notes.append(self.note(chosen))
         return [completed(context, p) for p in chosen]
 
+    def counted(self, taken: Sequence[Proposal]) -> list[str]:
+        """The notes of the last ``propose``, counting the untried rule candidates left once ``taken`` (the
+        proposals the round actually judges, which may be fewer than it offered) are tried."""
+        return self.notes if self._last is None else [self.note(taken)]
+
     def note(self, taken: Sequence[Proposal]) -> str:
-        """What the last ``propose`` induced, and how many untried rule candidates are left once ``taken`` (the
-        proposals of it the round actually judges) are tried."""
+        """What the last ``propose`` induced, and how many untried rule candidates are left once ``taken`` are
+        tried (it read a trace)."""
+        assert self._last is not None
         found, attempts, untried = self._last
         tried = [(p.variant, p.operations) for p in taken]  # a list: a Reparam's params (a dict) do not hash
         left = sum(key not in tried for key in untried)
