@@ -43,7 +43,6 @@ import msgspec
 from hx.aegis.winning import WinningStep, winning_steps
 from hx.harness.config import HarnessConfig
 from hx.harness.errors import ContractViolation, Interrupt
-from hx.harness.processor import Processor
 from hx.runtime.errors import ProcessorFailed
 from hx.runtime.pipeline import HookPipeline
 from schemas.envelope import Record
@@ -78,6 +77,10 @@ def _passes(records: Sequence[Record]) -> Iterator[tuple[HookRecord, list[HookPa
         yield emitted, expected
 
 
+Stages = list[tuple[str, list[HookPayload]]]
+"""Each processor of a hook pass and what it yielded, in chain order."""
+
+
 def _narrowing(stages: Stages, call: ToolCall) -> str:
     """The first processor of a before_model pass whose offer no longer holds ``call`` ("" when none)."""
     for name, produced in stages:
@@ -86,18 +89,12 @@ def _narrowing(stages: Stages, call: ToolCall) -> str:
     return ""
 
 
-Stages = list[tuple[str, list[HookPayload]]]
-"""Each processor of a hook pass and what it yielded, in chain order."""
-
-
 def _pipes(harness: HarnessConfig, stages: Stages | None = None) -> dict[HookName, HookPipeline]:
     """Fresh pipelines of ``harness`` (its processors' state starts anew, as in an attempt), logging nothing; the
     before_model one adds to ``stages`` what each processor yielded, to name the one that closes a path."""
-    def observe(proc: Processor, produced: list[HookPayload]) -> None:
-        assert stages is not None
-        stages.append((type(proc).type_name(), produced))
-    return {hook: HookPipeline(hook, procs, lambda event: None,
-                               observe if hook == "before_model" and stages is not None else None)
+    observe = None if stages is None else (
+        lambda proc, produced: stages.append((type(proc).type_name(), produced)))
+    return {hook: HookPipeline(hook, procs, lambda event: None, observe if hook == "before_model" else None)
             for hook, procs in harness.instantiate().items()}
 
 
