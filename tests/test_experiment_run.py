@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from schemas.experiment import ExperimentConcluded, ExperimentStarted
 from schemas.lifecycle import AttemptFinished, AttemptStarted, RoundFinished, RoundStarted, RunFinished, RunStarted
 from streams.config import NatsSettings
 from streams.connection import connect
+from streams.signing import LedgerKey
 from streams.topology import TRACE, trace_filter, trace_subject
 
 SPEC: dict[str, Any] = {
@@ -205,6 +207,11 @@ def test_a_procedure_level_plays_its_evolutions_product_and_an_artifact_level_th
     evolution = asyncio.run(ledger())
     assert evolution is not None and evolution.finished is not None
     assert evolution.opened.settings["rollout"]["max_steps"] == SPEC["controlled_variables"]["max_steps"]
+    # signed with the data directory's key, as hx evolve's ledgers are
+    assert evolution.opened.public_key == LedgerKey.of(tmp_path / "data").public_key
+    said = ok(hx("--nats-url", nats_url, "--data-dir", str(tmp_path / "data"), "audit", "verify",
+                 "exp-evo-procedure-evolved")).output
+    assert re.search(r"signed: (\d+) of \1 events by key", said), said
     product = evolution.variants[evolution.root].current.digest
     rounds = {e.variant: e.harness_digest for e in (r.event for r in records(nats_url, "exp-evo"))
               if isinstance(e, RoundStarted)}

@@ -26,6 +26,7 @@ from hx.experiment.spec import check_spec, load_spec
 from hx.runtime.loop import AttemptResult
 from schemas.evaluation import Bounds
 from schemas.experiment import ExperimentConcluded, ExperimentSpec
+from streams.signing import LedgerKey
 
 
 def new_experiment_id() -> str:
@@ -119,7 +120,7 @@ async def _run(app: App, spec: ExperimentSpec, spec_path: Path, run_id: str, res
                max_units: int | None) -> tuple[ExperimentConcluded | None, ExperimentRun]:
     async with app.connect() as conn:
         experiment = ExperimentRun(spec, conn, run_id=run_id, base_dir=spec_path.parent,
-                                   concurrency=concurrency)
+                                   concurrency=concurrency, key=LedgerKey.of(app.settings.data_dir))
         console = stderr_console()
         console.print(f"experiment {run_id}: {len(experiment.order)} units "
                       f"({len(spec.tasks)} tasks x {len(experiment.cells)} cells x {spec.replications} "

@@ -43,6 +43,7 @@ from schemas.identities import PolicyVersion, fresh_policy_spec, policy_spec
 from schemas.learn import PolicyGated, PolicyInitialised, PolicyUpdated
 from streams.connection import Connection
 from streams.log import EventLog
+from streams.signing import LedgerKey
 from streams.topology import LEARN, subject_token
 
 # The level options an evolve procedure takes (its budget), and their defaults: small, and a validation
@@ -204,9 +205,10 @@ def seeds_of(spec: ExperimentSpec) -> tuple[int, ...]:
 
 async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping[str, Benchmark], *, run_id: str,
                         base: HarnessConfig, model: str, max_steps: int,
-                        concurrency: int) -> dict[tuple[str, str, int], Product]:
+                        concurrency: int, key: LedgerKey | None = None) -> dict[tuple[str, str, int], Product]:
     """Every procedure level's product per procedure seed (index), made (or read back from the log) in the spec's
-    level order, seed by seed; then the levels that play another level's product, or mix two."""
+    level order, seed by seed, their ledgers signed with ``key``; then the levels that play another level's product,
+    or mix two."""
     products: dict[tuple[str, str, int], Product] = {}
     games = sorted({cluster_of(task) for task in spec.tasks})  # the clusters a forked product routes
     seeds = seeds_of(spec)
@@ -222,7 +224,7 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
             evolution_id = procedure_run_id(run_id, factor.name, level) + (f"-s{seed}" if spec.procedure_seeds
                                                                            else "")
             products[(factor.name, level, index)] = await _made(conn, benches, request, evolution_id, base, model,
-                                                                target, where, games)
+                                                                target, where, games, key)
     for factor in spec.factors:
         if factor.scope.kind != "procedure":
             continue
@@ -242,7 +244,8 @@ async def make_products(conn: Connection, spec: ExperimentSpec, benches: Mapping
 
 
 async def _made(conn: Connection, benches: Mapping[str, Benchmark], request: EvolveRequest, evolution_id: str,
-                base: HarnessConfig, model: str, target: str, where: str, games: Sequence[str]) -> Product:
+                base: HarnessConfig, model: str, target: str, where: str, games: Sequence[str],
+                key: LedgerKey | None) -> Product:
     """One procedure run's product: made, resumed, or read back from its finished ledger."""
     ledger = await read_run_ledger(conn.log, evolution_id)
     if ledger is None or ledger.finished is None:  # made once; a resume goes on from the log
@@ -251,7 +254,8 @@ async def _made(conn: Connection, benches: Mapping[str, Benchmark], request: Evo
                             harness_source="experiment controlled harness"))
         evolver = make_evolver(job.evolver, meta=None, store=None)
         try:
-            await run_evolution(conn, list(benches.values()), job, Parts(evolver), resume=ledger is not None)
+            await run_evolution(conn, list(benches.values()), job, Parts(evolver, key=key),
+                                resume=ledger is not None)
         finally:
             await evolver.aclose()
         ledger = await read_run_ledger(conn.log, evolution_id)

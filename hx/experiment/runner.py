@@ -48,6 +48,7 @@ from schemas.experiment import ExperimentConcluded, ExperimentSpec, ExperimentSt
 from schemas.lifecycle import AttemptMark, RoundFinished, RoundStarted, RunFinished, RunStarted
 from streams.connection import Connection
 from streams.log import EventLog
+from streams.signing import LedgerKey
 from streams.topology import TRACE, subject_token, trace_subject
 
 DEFAULT_MAX_STEPS = 50
@@ -187,8 +188,11 @@ class ExperimentRun:
     """One experiment's run on the log: start or resume, play the units, conclude."""
 
     def __init__(self, spec: ExperimentSpec, conn: Connection, *, run_id: str, base_dir: Path = Path("."),
-                 concurrency: int = 1) -> None:
+                 concurrency: int = 1, key: LedgerKey | None = None) -> None:
         self.spec = spec
+        self.key = key
+        """What the evolutions of procedure levels sign their ledgers with (``hx experiment run``: the data
+        directory's key, as ``hx evolve`` does)."""
         self.digest = spec_digest(spec)
         self.conn = conn
         self.log: EventLog = conn.log
@@ -217,7 +221,7 @@ class ExperimentRun:
         if any(f.scope.kind == "procedure" for f in self.spec.factors):
             products = await make_products(self.conn, self.spec, benches, run_id=self.run_id, base=base,
                                            model=self.controlled.model, max_steps=self.controlled.max_steps,
-                                           concurrency=self.concurrency)
+                                           concurrency=self.concurrency, key=self.key)
         return {cell.index + len(self.cells) * s: arm_of(self.spec, cell, base, models, products, s)
                 for s in range(self.seeds) for cell in self.cells}
 

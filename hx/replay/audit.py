@@ -92,8 +92,9 @@ class Verification:
     def signature_line(self) -> str:
         """Who signed the ledger: its key's fingerprint and how many events verify with it."""
         if not self.key:
-            return ("unsigned: this ledger records no key (written before hx signed its ledgers): its chain proves "
-                    "order, not who wrote it")
+            return ("unsigned: this ledger records no key (written by an hx that signed none: before hx signed its "
+                    "ledgers, or an evolution hx experiment run made before it signed them): its chain proves order, "
+                    "not who wrote it")
         return (f"signed: {self.signed} of {self.events} events by key {fingerprint(self.key)} ({self.key}); compare "
                 "the fingerprint with the writer's (hx audit head)")
 
